@@ -1,0 +1,28 @@
+# Helpers for strata's own tests, examples and benchmarks (not installed).
+
+option(STRATA_WERROR "Treat warnings as errors in strata's own targets" ON)
+
+function(strata_target_defaults target)
+  target_link_libraries(${target} PRIVATE strata::strata)
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra>)
+  if(STRATA_WERROR)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+  endif()
+endfunction()
+
+# The environment under which MPI tests and programs run as root, oversubscribed, in
+# a container: set on ctest entries, never in the library.
+set(STRATA_MPI_TEST_ENV
+    "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_mpi_yield_when_idle=1;OMPI_MCA_btl_vader_single_copy_mechanism=none;OMP_NUM_THREADS=1")
+
+# The rank counts a test file asks for, from a line `// strata-ranks: 1 2 4`.
+function(strata_ranks_of src default out)
+  file(STRINGS ${src} line REGEX "^// strata-ranks:" LIMIT_COUNT 1)
+  if(line)
+    string(REGEX REPLACE "^// strata-ranks:[ ]*" "" line "${line}")
+    string(REPLACE " " ";" line "${line}")
+    set(${out} ${line} PARENT_SCOPE)
+  else()
+    set(${out} ${default} PARENT_SCOPE)
+  endif()
+endfunction()

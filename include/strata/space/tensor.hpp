@@ -1,0 +1,50 @@
+// tensor<T, Space>: an owning activation array of up to four dimensions. Its storage
+// only grows, so a tensor reused across steps with the same shape never reallocates.
+#pragma once
+#include <algorithm>
+#include <span>
+
+#include "../core/buffer.hpp"
+#include "../core/shape.hpp"
+#include "host.hpp"
+
+namespace strata {
+
+template <class T, class Space = host>
+class tensor {
+ public:
+  using value_type = T;
+  using space_type = Space;
+
+  tensor() = default;
+  explicit tensor(const strata::shape& s) { resize(s); }
+
+  // Sets the shape; reallocates only when the new shape needs more elements than the
+  // storage holds. Contents are unspecified after a resize that reallocates (zeroed).
+  void resize(const strata::shape& s) {
+    if (s.numel() > storage_.size()) storage_ = buffer<T, Space>(s.numel());
+    shape_ = s;
+  }
+  // resize, and make every element zero.
+  void zeros(const strata::shape& s) {
+    resize(s);
+    Space::zero(storage_.data(), s.numel() * sizeof(T));
+  }
+
+  const strata::shape& shape() const noexcept { return shape_; }
+  std::int64_t dim(std::size_t i) const noexcept { return shape_[i]; }
+  std::size_t numel() const noexcept { return shape_.numel(); }
+  std::size_t capacity() const noexcept { return storage_.size(); }
+  T* data() noexcept { return storage_.data(); }
+  const T* data() const noexcept { return storage_.data(); }
+  std::span<T> span() noexcept { return {storage_.data(), numel()}; }
+  std::span<const T> span() const noexcept { return {storage_.data(), numel()}; }
+  T& operator[](std::size_t i) noexcept requires Space::host_accessible { return storage_.data()[i]; }
+  const T& operator[](std::size_t i) const noexcept requires Space::host_accessible { return storage_.data()[i]; }
+
+ private:
+  buffer<T, Space> storage_;
+  strata::shape shape_;
+};
+
+}  // namespace strata
