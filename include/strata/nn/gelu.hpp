@@ -1,0 +1,80 @@
+// nn::gelu: x * Phi(x) elementwise, in the exact erf form (torch.nn.GELU's default) or the
+// tanh approximation (torch.nn.GELU(approximate="tanh"), GPT-2's choice). No params.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "../space/tensor.hpp"
+#include "detail/loops.hpp"
+
+namespace strata::nn {
+
+enum class gelu_approximation : unsigned char { none, tanh };
+
+namespace detail {
+
+// The math of one element, shared by a future CUDA driver (hence STRATA_HOST_DEVICE).
+struct gelu_erf {
+  static constexpr float inv_sqrt2 = 0.70710678118654752f;
+  static constexpr float inv_sqrt_2pi = 0.39894228040143268f;
+  STRATA_HOST_DEVICE static float value(float x) { return 0.5f * x * (1.0f + std::erf(x * inv_sqrt2)); }
+  // d/dx [x Phi(x)] = Phi(x) + x phi(x)
+  STRATA_HOST_DEVICE static float derivative(float x) {
+    return 0.5f * (1.0f + std::erf(x * inv_sqrt2)) + x * inv_sqrt_2pi * std::exp(-0.5f * x * x);
+  }
+};
+struct gelu_tanh {
+  static constexpr float sqrt_2_over_pi = 0.79788456080286536f;
+  static constexpr float c = 0.044715f;
+  STRATA_HOST_DEVICE static float value(float x) {
+    return 0.5f * x * (1.0f + std::tanh(sqrt_2_over_pi * (x + c * x * x * x)));
+  }
+  STRATA_HOST_DEVICE static float derivative(float x) {
+    const float t = std::tanh(sqrt_2_over_pi * (x + c * x * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * sqrt_2_over_pi * (1.0f + 3.0f * c * x * x);
+  }
+};
+
+}  // namespace detail
+
+struct gelu {
+  gelu_approximation approximate = gelu_approximation::none;
+
+  struct cache {
+    const tensor<float>* x = nullptr;  // the input, kept alive by the trainer until backward
+  };
+
+  template <class Ctx>
+  void forward(Ctx&, const tensor<float>& x, tensor<float>& y, cache& c) const {
+    nn::detail::require_distinct(&x, &y, "gelu", std::string());
+    y.resize(x.shape());
+    const float* xp = x.data();
+    float* yp = y.data();
+    const auto n = static_cast<std::int64_t>(x.numel());
+    // The branch is outside the loops so each loop is one straight-line body.
+    if (approximate == gelu_approximation::tanh)
+      nn::detail::elementwise(n, [=](std::int64_t i) { yp[i] = detail::gelu_tanh::value(xp[i]); });
+    else
+      nn::detail::elementwise(n, [=](std::int64_t i) { yp[i] = detail::gelu_erf::value(xp[i]); });
+    c.x = &x;
+  }
+
+  template <class Ctx>
+  void backward(Ctx&, const tensor<float>& dy, tensor<float>& dx, cache& c) {
+    nn::detail::require_forward_ran(c.x, "gelu", std::string());
+    nn::detail::require_dy(dy, c.x->shape(), "gelu", std::string());
+    nn::detail::require_distinct(&dy, &dx, "gelu", std::string());
+    dx.resize(c.x->shape());
+    const float* xp = c.x->data();
+    const float* g = dy.data();
+    float* dxp = dx.data();
+    const auto n = static_cast<std::int64_t>(dy.numel());
+    if (approximate == gelu_approximation::tanh)
+      nn::detail::elementwise(n, [=](std::int64_t i) { dxp[i] = g[i] * detail::gelu_tanh::derivative(xp[i]); });
+    else
+      nn::detail::elementwise(n, [=](std::int64_t i) { dxp[i] = g[i] * detail::gelu_erf::derivative(xp[i]); });
+  }
+};
+
+}  // namespace strata::nn
