@@ -1,0 +1,174 @@
+// nn::softmax_cross_entropy and nn::mse: the loss against a double reference, stability
+// with large logits, finite differences with an upstream scale, and bad targets.
+#include <strata/nn/mse.hpp>
+#include <strata/nn/softmax_cross_entropy.hpp>
+
+#include "support.hpp"
+
+using namespace nn_test;
+namespace nn = strata::nn;
+
+namespace {
+
+// Mean over rows of logsumexp(x_r) - x_r[t_r], in double with the max subtracted.
+double ce_reference(const tensor<float>& x, const tensor<float>& t) {
+  const auto c = x.dim(x.shape().rank - 1);
+  const auto rows = static_cast<std::int64_t>(t.numel());
+  double total = 0.0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double m = -INFINITY, s = 0.0;
+    for (std::int64_t j = 0; j < c; ++j) m = std::max(m, static_cast<double>(x[r * c + j]));
+    for (std::int64_t j = 0; j < c; ++j) s += std::exp(x[r * c + j] - m);
+    total += m + std::log(s) - x[r * c + static_cast<std::int64_t>(t[r])];
+  }
+  return total / rows;
+}
+
+tensor<float> random_classes(const shape& s, int classes, std::mt19937& rng) {
+  tensor<float> t(s);
+  std::uniform_int_distribution<int> u(0, classes - 1);
+  for (auto& v : t.span()) v = static_cast<float>(u(rng));
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("softmax_cross_entropy forward matches a double reference") {
+  std::mt19937 rng(40);
+  const nn::softmax_cross_entropy ce;
+  nn::softmax_cross_entropy::cache c;
+  tensor<float> y;
+  context ctx;
+  for (const auto& s : {shape{6, 10}, shape{2, 3, 7}, shape{300, 250}}) {
+    const auto x = random_tensor(s, rng, -3.0f, 3.0f);
+    shape lead = s;
+    --lead.rank;
+    ctx.t = random_classes(lead, static_cast<int>(s[s.rank - 1]), rng);
+    ce.forward(ctx, x, y, c);
+    REQUIRE(y.shape() == shape{1});
+    // Each row's loss is log(sum) + (m - x_t), with float exps (a few ulp each) summed
+    // in double: a relative 1e-6 of the loss, a few units of 2^-24 times log(C) + 6.
+    CHECK(y[0] == Approx(ce_reference(x, ctx.t)).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("softmax_cross_entropy is stable for large logits") {
+  nn::softmax_cross_entropy ce;
+  nn::softmax_cross_entropy::cache c;
+  tensor<float> y, dx;
+  context ctx;
+  // exp(1e4) overflows float and double alike; only a max-subtracted form survives.
+  const auto x = tensor_of(shape{2, 3}, {1e4f, 1e4f - 2.0f, -1e4f, -3e4f, -3e4f + 1.0f, -3e4f + 1.0f});
+  ctx.t = tensor_of(shape{2}, {1, 0});
+  ce.forward(ctx, x, y, c);
+  REQUIRE(std::isfinite(y[0]));
+  // Row 0: log(1 + e^-2 + e^-2e4) + 2; row 1: log(1 + 2e) - 0 + ... in closed form.
+  const double row0 = std::log(1.0 + std::exp(-2.0)) + 2.0;
+  const double row1 = std::log(1.0 + 2.0 * std::exp(1.0));
+  CHECK(y[0] == Approx((row0 + row1) / 2).epsilon(1e-6));
+
+  // Softmax is shift invariant: the same loss and gradient after adding 5e3 to row 0.
+  ce.backward(ctx, tensor_of(shape{1}, {1.0f}), dx, c);
+  auto shifted = tensor_of(shape{2, 3}, {1.5e4f, 1.5e4f - 2.0f, -5e3f, -3e4f, -3e4f + 1.0f, -3e4f + 1.0f});
+  nn::softmax_cross_entropy::cache c2;
+  tensor<float> y2, dx2;
+  ce.forward(ctx, shifted, y2, c2);
+  ce.backward(ctx, tensor_of(shape{1}, {1.0f}), dx2, c2);
+  CHECK(y2[0] == Approx(y[0]).epsilon(1e-6));
+  for (std::size_t i = 0; i < dx.numel(); ++i) {
+    REQUIRE(std::isfinite(dx[i]));
+    CHECK(dx2[i] == Approx(dx[i]).margin(1e-6));
+  }
+  // (p - onehot) / rows: each row of the gradient sums to zero, p(target row 0) = 1/(1+e^2).
+  CHECK(dx[0] + dx[1] + dx[2] == Approx(0.0).margin(1e-7));
+  CHECK(dx[1] == Approx((1.0 / (1.0 + std::exp(2.0)) - 1.0) / 2).epsilon(1e-5));
+}
+
+TEST_CASE("softmax_cross_entropy backward matches finite differences, scaled by dy") {
+  std::mt19937 rng(41);
+  nn::softmax_cross_entropy ce;
+  context ctx;
+  auto x = random_tensor(shape{4, 7}, rng, -2.0f, 2.0f);
+  ctx.t = random_classes(shape{4}, 7, rng);
+  // dy is random in [0.25, 1): the upstream scale (1 / micro-batches) is honoured.
+  // The output is one float of order 2 (rounding ~2.4e-7), which h = 2^-7 turns into
+  // 3e-5: 1e-4 absolute is under 1% of a typical gradient here (p / rows * dy ~ 2e-2).
+  check_gradients(ce, ctx, x, {}, rng, {.abs_tol = 1e-4});
+  auto x3 = random_tensor(shape{2, 3, 5}, rng, -2.0f, 2.0f);
+  ctx.t = random_classes(shape{2, 3}, 5, rng);
+  check_gradients(ce, ctx, x3, {}, rng, {.abs_tol = 1e-4});
+}
+
+TEST_CASE("softmax_cross_entropy backward on the threaded path equals the closed form") {
+  // With 64 x 600 logits single gradients (~3e-5) are below what a float loss can
+  // resolve by finite differences, so compare with dy * (softmax - onehot) / rows in double.
+  std::mt19937 rng(43);
+  nn::softmax_cross_entropy ce;
+  context ctx;
+  const auto x = random_tensor(shape{64, 600}, rng, -4.0f, 4.0f);
+  ctx.t = random_classes(shape{64}, 600, rng);
+  nn::softmax_cross_entropy::cache c;
+  tensor<float> y, dx;
+  ce.forward(ctx, x, y, c);
+  const float scale = 0.375f;
+  ce.backward(ctx, tensor_of(shape{1}, {scale}), dx, c);
+  for (std::int64_t r = 0; r < 64; ++r) {
+    double m = -INFINITY, s = 0.0;
+    for (std::int64_t j = 0; j < 600; ++j) m = std::max(m, double(x[r * 600 + j]));
+    for (std::int64_t j = 0; j < 600; ++j) s += std::exp(x[r * 600 + j] - m);
+    for (std::int64_t j = 0; j < 600; ++j) {
+      const double p = std::exp(x[r * 600 + j] - m) / s;
+      const double want = scale * (p - (j == static_cast<std::int64_t>(ctx.t[r]) ? 1.0 : 0.0)) / 64;
+      // float exp and the float log-sum are good to a few ulp: 1e-5 relative is ample.
+      REQUIRE(std::abs(dx[r * 600 + j] - want) <= 1e-5 * std::abs(want) + 1e-12);
+    }
+  }
+  check_no_allocation(ce, ctx, x, rng);
+}
+
+TEST_CASE("softmax_cross_entropy: bad targets name the row and the class count") {
+  const nn::softmax_cross_entropy ce;
+  nn::softmax_cross_entropy::cache c;
+  tensor<float> y;
+  context ctx;
+  const tensor<float> x(shape{3, 4});
+  ctx.t = tensor_of(shape{3}, {0, 4, 1});
+  auto msg = message_of<strata::error>([&] { ce.forward(ctx, x, y, c); });
+  CHECK_THAT(msg, Catch::Matchers::Contains("target 4 at row 1 is not a class id in [0, 4)"));
+  ctx.t = tensor_of(shape{2}, {0, 1});
+  msg = message_of<strata::config_error>([&] { ce.forward(ctx, x, y, c); });
+  CHECK_THAT(msg, Catch::Matchers::Contains("targets have shape [2] for logits [3, 4]; expected one class id per row, shape [3]"));
+}
+
+TEST_CASE("mse: forward, finite differences, reuse, bad targets") {
+  std::mt19937 rng(42);
+  nn::mse loss;
+  context ctx;
+  nn::mse::cache c;
+  tensor<float> y;
+  auto x = random_tensor(shape{5, 3}, rng);
+  ctx.t = random_tensor(shape{5, 3}, rng);
+  loss.forward(ctx, x, y, c);
+  double ref = 0.0;
+  for (std::size_t i = 0; i < x.numel(); ++i) ref += (double(x[i]) - ctx.t[i]) * (double(x[i]) - ctx.t[i]);
+  // x - t rounds once in float (2^-24 relative), the rest is double.
+  CHECK(y[0] == Approx(ref / x.numel()).epsilon(1e-6));
+  // One float output of order 1: see the cross-entropy budget above.
+  check_gradients(loss, ctx, x, {}, rng, {.abs_tol = 1e-4});
+
+  // Threaded path: gradients of ~1e-5 each, so the closed form 2 dy (x - t) / n instead.
+  auto big = random_tensor(shape{256, 200}, rng);
+  ctx.t = random_tensor(shape{256, 200}, rng);
+  tensor<float> dx;
+  loss.forward(ctx, big, y, c);
+  loss.backward(ctx, tensor_of(shape{1}, {0.5f}), dx, c);
+  for (std::size_t i = 0; i < big.numel(); ++i) {
+    const double want = 2.0 * 0.5 * (double(big[i]) - ctx.t[i]) / big.numel();
+    REQUIRE(std::abs(dx[i] - want) <= 1e-6 * std::abs(want) + 1e-12);
+  }
+  check_no_allocation(loss, ctx, big, rng);
+
+  ctx.t = tensor<float>(shape{5});
+  const auto msg = message_of<strata::config_error>([&] { loss.forward(ctx, x, y, c); });
+  CHECK_THAT(msg, Catch::Matchers::Contains("mse: targets have shape [5], the input has [5, 3]; they must match"));
+}
