@@ -137,11 +137,10 @@ template <class T>
 consteval auto compute_field_names() {
   constexpr std::size_t n = boost::pfr::tuple_size_v<T>;
   if constexpr (declares_field_names<T>) {
+    // A count that differs is reported by field_names(); unnamed fields stay empty.
     constexpr auto declared = declared_field_names<T>();
-    static_assert(declared.size() == n,
-                  "strata: the type's static field_names must name every field, in declaration order");
     std::array<std::string_view, n> names{};
-    for (std::size_t i = 0; i < n; ++i) names[i] = declared[i];
+    for (std::size_t i = 0; i < n && i < declared.size(); ++i) names[i] = declared[i];
     return names;
   } else if constexpr (n == 0) {
     return std::array<std::string_view, 0>{};
@@ -160,6 +159,14 @@ template <class T>
 inline constexpr auto field_names_of = compute_field_names<T>();
 
 template <class T>
+consteval bool declared_count_matches() {
+  if constexpr (declares_field_names<T>)
+    return declared_field_names<T>().size() == boost::pfr::tuple_size_v<T>;
+  else
+    return true;
+}
+
+template <class T>
 consteval bool field_names_valid() {
   for (auto name : field_names_of<T>)
     if (!is_identifier(name)) return false;
@@ -175,9 +182,15 @@ consteval bool field_names_valid() {
 // model/concepts.hpp), usable in constant expressions.
 template <class T>
 constexpr const std::array<std::string_view, boost::pfr::tuple_size_v<T>>& field_names() {
-  static_assert(detail::field_names_valid<T>(),
-                "strata: could not read this type's field names from the compiler; declare them on the type: "
-                "static constexpr std::array<std::string_view, N> field_names{\"a\", \"b\", ...};");
+  if constexpr (!detail::declared_count_matches<T>())
+    static_assert(detail::declared_count_matches<T>(),
+                  "strata: the type's static field_names must name every field, in declaration order");
+  else if constexpr (detail::declares_field_names<T>)
+    static_assert(detail::field_names_valid<T>(), "strata: the type's static field_names must be distinct identifiers");
+  else
+    static_assert(detail::field_names_valid<T>(),
+                  "strata: could not read this type's field names from the compiler; declare them on the type: "
+                  "static constexpr std::array<std::string_view, N> field_names{\"a\", \"b\", ...};");
   return detail::field_names_of<T>;
 }
 

@@ -159,21 +159,25 @@ void flat_layout::bind(M& model, T* data, T* grad) const {
   expects<config_error>(data != nullptr, "flat_layout::bind: the data buffer is null");
   std::size_t i = 0;
   for_each_param(model, [&](auto& p, std::string_view name) {
-    using P = std::remove_cvref_t<decltype(p)>;
-    static_assert(std::is_same_v<typename P::value_type, T>,
-                  "strata: flat_layout::bind: the buffers' element type must be the params' value type "
-                  "(param<T> binds to T* data and grad)");
-    expects<config_error>(i < params_.size(),
-                          detail::cat("flat_layout::bind: the model has more params than the layout's ",
-                                      params_.size(), "; '", name, "' has no slot"));
-    const param_slot& slot = params_[i];
-    expects<config_error>(slot.name == name && slot.numel == p.numel(),
-                          detail::cat("flat_layout::bind: param ", i, " of the model is '", name, "' ", p.shape,
-                                      " but the layout has '", slot.name, "' ", slot.shape,
-                                      "; bind a model of the architecture the layout was made of"));
-    p.data_ptr = data + slot.offset;
-    p.grad_ptr = grad ? grad + slot.offset : nullptr;
-    ++i;
+    using value_type = typename std::remove_cvref_t<decltype(p)>::value_type;
+    // Only the assertion is compiled for a mismatch, not a cascade of conversion errors.
+    if constexpr (!std::is_same_v<value_type, T>) {
+      static_assert(std::is_same_v<value_type, T>,
+                    "strata: flat_layout::bind: the buffers' element type must be the params' value type "
+                    "(param<T> binds to T* data and grad)");
+    } else {
+      expects<config_error>(i < params_.size(),
+                            detail::cat("flat_layout::bind: the model has more params than the layout's ",
+                                        params_.size(), "; '", name, "' has no slot"));
+      const param_slot& slot = params_[i];
+      expects<config_error>(slot.name == name && slot.numel == p.numel(),
+                            detail::cat("flat_layout::bind: param ", i, " of the model is '", name, "' ", p.shape,
+                                        " but the layout has '", slot.name, "' ", slot.shape,
+                                        "; bind a model of the architecture the layout was made of"));
+      p.data_ptr = data + slot.offset;
+      p.grad_ptr = grad ? grad + slot.offset : nullptr;
+      ++i;
+    }
   });
   expects<config_error>(i == params_.size(), detail::cat("flat_layout::bind: the model has ", i,
                                                          " params but the layout has ", params_.size()));
