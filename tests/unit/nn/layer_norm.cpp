@@ -102,5 +102,5 @@ TEST_CASE("layer_norm: a mismatched input is a config error naming the layer") {
   tensor<float> y;
   const auto x = random_tensor(shape{2, 6}, rng);
   const auto msg = message_of<strata::config_error>([&] { ln.forward(ctx, x, y, c); });
-  CHECK_THAT(msg, Catch::Matchers::Contains("layer_norm blocks.0.ln1: input has 6 features, weight expects 8"));
+  CHECK_CONTAINS(msg, "layer_norm blocks.0.ln1: input has 6 features, weight expects 8");
 }

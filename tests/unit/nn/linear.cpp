@@ -50,7 +50,7 @@ TEST_CASE("make_linear: shapes, init like torch, decay only on the matrix") {
   CHECK(l.weight.shape == shape{4, 16});
   CHECK(l.bias.shape == shape{4});
   CHECK(l.weight.init.k == strata::init_spec::kind::uniform);
-  CHECK(l.weight.init.scale == Approx(0.25f));
+  CHECK_REL(l.weight.init.scale, 0.25f, 1e-6);
   CHECK(l.bias.init.k == strata::init_spec::kind::zeros);
   CHECK(l.weight.decay);
   CHECK_FALSE(l.bias.decay);
@@ -158,17 +158,17 @@ TEST_CASE("linear: shapes that do not chain are config errors naming the layer")
   tensor<float> y, dx;
   const auto x = random_tensor(shape{2, 7}, rng);
   auto msg = message_of<strata::config_error>([&] { l.forward(ctx, x, y, c); });
-  CHECK_THAT(msg, Catch::Matchers::Contains("linear: input has 7 features, weight expects 8"));
+  CHECK_CONTAINS(msg, "linear: input has 7 features, weight expects 8");
 
   l.weight.name = "blocks.3.fc1.weight";
   msg = message_of<strata::config_error>([&] { l.forward(ctx, x, y, c); });
-  CHECK_THAT(msg, Catch::Matchers::Contains("linear blocks.3.fc1: input has 7 features, weight expects 8"));
+  CHECK_CONTAINS(msg, "linear blocks.3.fc1: input has 7 features, weight expects 8");
 
   const auto good = random_tensor(shape{2, 8}, rng);
   l.forward(ctx, good, y, c);
   const auto bad_dy = random_tensor(shape{2, 4}, rng);
   msg = message_of<strata::config_error>([&] { l.backward(ctx, bad_dy, dx, c); });
-  CHECK_THAT(msg, Catch::Matchers::Contains("dy has shape [2, 4], the forward output had [2, 3]"));
+  CHECK_CONTAINS(msg, "dy has shape [2, 4], the forward output had [2, 3]");
 
   nn::linear::cache fresh;
   CHECK_THROWS_AS(l.backward(ctx, y, dx, fresh), strata::config_error);  // backward before forward
@@ -176,5 +176,5 @@ TEST_CASE("linear: shapes that do not chain are config errors naming the layer")
 
   auto unbound = nn::make_linear(8, 3);
   msg = message_of<strata::config_error>([&] { unbound.forward(ctx, good, y, c); });
-  CHECK_THAT(msg, Catch::Matchers::Contains("weight is not bound"));
+  CHECK_CONTAINS(msg, "weight is not bound");
 }

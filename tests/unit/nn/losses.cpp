@@ -48,7 +48,7 @@ TEST_CASE("softmax_cross_entropy forward matches a double reference") {
     REQUIRE(y.shape() == shape{1});
     // Each row's loss is log(sum) + (m - x_t), with float exps (a few ulp each) summed
     // in double: a relative 1e-6 of the loss, a few units of 2^-24 times log(C) + 6.
-    CHECK(y[0] == Approx(ce_reference(x, ctx.t)).epsilon(1e-6));
+    CHECK_REL(y[0], ce_reference(x, ctx.t), 1e-6);
   }
 }
 
@@ -65,7 +65,7 @@ TEST_CASE("softmax_cross_entropy is stable for large logits") {
   // Row 0: log(1 + e^-2 + e^-2e4) + 2; row 1: log(1 + 2e) - 0 + ... in closed form.
   const double row0 = std::log(1.0 + std::exp(-2.0)) + 2.0;
   const double row1 = std::log(1.0 + 2.0 * std::exp(1.0));
-  CHECK(y[0] == Approx((row0 + row1) / 2).epsilon(1e-6));
+  CHECK_REL(y[0], (row0 + row1) / 2, 1e-6);
 
   // Softmax is shift invariant: the same loss and gradient after adding 5e3 to row 0.
   ce.backward(ctx, tensor_of(shape{1}, {1.0f}), dx, c);
@@ -74,14 +74,14 @@ TEST_CASE("softmax_cross_entropy is stable for large logits") {
   tensor<float> y2, dx2;
   ce.forward(ctx, shifted, y2, c2);
   ce.backward(ctx, tensor_of(shape{1}, {1.0f}), dx2, c2);
-  CHECK(y2[0] == Approx(y[0]).epsilon(1e-6));
+  CHECK_REL(y2[0], y[0], 1e-6);
   for (std::size_t i = 0; i < dx.numel(); ++i) {
     REQUIRE(std::isfinite(dx[i]));
-    CHECK(dx2[i] == Approx(dx[i]).margin(1e-6));
+    CHECK_ABS(dx2[i], dx[i], 1e-6);
   }
   // (p - onehot) / rows: each row of the gradient sums to zero, p(target row 0) = 1/(1+e^2).
-  CHECK(dx[0] + dx[1] + dx[2] == Approx(0.0).margin(1e-7));
-  CHECK(dx[1] == Approx((1.0 / (1.0 + std::exp(2.0)) - 1.0) / 2).epsilon(1e-5));
+  CHECK_ABS(dx[0] + dx[1] + dx[2], 0.0, 1e-7);
+  CHECK_REL(dx[1], (1.0 / (1.0 + std::exp(2.0)) - 1.0) / 2, 1e-5);
 }
 
 TEST_CASE("softmax_cross_entropy backward matches finite differences, scaled by dy") {
@@ -134,10 +134,10 @@ TEST_CASE("softmax_cross_entropy: bad targets name the row and the class count")
   const tensor<float> x(shape{3, 4});
   ctx.t = tensor_of(shape{3}, {0, 4, 1});
   auto msg = message_of<strata::error>([&] { ce.forward(ctx, x, y, c); });
-  CHECK_THAT(msg, Catch::Matchers::Contains("target 4 at row 1 is not a class id in [0, 4)"));
+  CHECK_CONTAINS(msg, "target 4 at row 1 is not a class id in [0, 4)");
   ctx.t = tensor_of(shape{2}, {0, 1});
   msg = message_of<strata::config_error>([&] { ce.forward(ctx, x, y, c); });
-  CHECK_THAT(msg, Catch::Matchers::Contains("targets have shape [2] for logits [3, 4]; expected one class id per row, shape [3]"));
+  CHECK_CONTAINS(msg, "targets have shape [2] for logits [3, 4]; expected one class id per row, shape [3]");
 }
 
 TEST_CASE("mse: forward, finite differences, reuse, bad targets") {
@@ -152,7 +152,7 @@ TEST_CASE("mse: forward, finite differences, reuse, bad targets") {
   double ref = 0.0;
   for (std::size_t i = 0; i < x.numel(); ++i) ref += (double(x[i]) - ctx.t[i]) * (double(x[i]) - ctx.t[i]);
   // x - t rounds once in float (2^-24 relative), the rest is double.
-  CHECK(y[0] == Approx(ref / x.numel()).epsilon(1e-6));
+  CHECK_REL(y[0], ref / x.numel(), 1e-6);
   // One float output of order 1: see the cross-entropy budget above.
   check_gradients(loss, ctx, x, {}, rng, {.abs_tol = 1e-4});
 
@@ -170,5 +170,5 @@ TEST_CASE("mse: forward, finite differences, reuse, bad targets") {
 
   ctx.t = tensor<float>(shape{5});
   const auto msg = message_of<strata::config_error>([&] { loss.forward(ctx, x, y, c); });
-  CHECK_THAT(msg, Catch::Matchers::Contains("mse: targets have shape [5], the input has [5, 3]; they must match"));
+  CHECK_CONTAINS(msg, "mse: targets have shape [5], the input has [5, 3]; they must match");
 }

@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <deque>
+#include <string>
 #include <limits>
 #include <new>
 #include <random>
@@ -30,6 +32,27 @@ inline std::atomic<long> g_heap_allocations{0};
 }
 [[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
 [[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+// Portable across Catch2 v2 and v3 (whose matchers and Approx differ), with the values
+// in the failure message.
+#define CHECK_CONTAINS(text, part)                 \
+  do {                                             \
+    const std::string text_ = (text);              \
+    INFO(text_);                                   \
+    CHECK(text_.find(part) != std::string::npos);  \
+  } while (0)
+#define CHECK_REL(a, b, rel)                                                        \
+  do {                                                                              \
+    const double a_ = (a), b_ = (b);                                                \
+    INFO(a_ << " vs " << b_);                                                       \
+    CHECK(std::abs(a_ - b_) <= (rel) * std::max(std::abs(a_), std::abs(b_)));       \
+  } while (0)
+#define CHECK_ABS(a, b, tol)                   \
+  do {                                         \
+    const double a_ = (a), b_ = (b);           \
+    INFO(a_ << " vs " << b_);                  \
+    CHECK(std::abs(a_ - b_) <= (tol));         \
+  } while (0)
 
 namespace nn_test {
 
