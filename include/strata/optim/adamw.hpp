@@ -1,0 +1,62 @@
+// The AdamW optimizer policy (torch.optim.AdamW semantics): its hyperparameters, and a
+// step over one flat shard with the fused adamw_update functor on the host driver.
+#pragma once
+#include <cmath>
+
+#include "../kernels/adamw.hpp"
+#include "../kernels/host_driver.hpp"
+#include "shard.hpp"
+
+namespace strata {
+
+struct adamw {
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.01f;
+  bool bias_correction = true;
+
+  static constexpr int state_slots = 2;  // exp_avg, exp_avg_sq
+  static constexpr const char* name = "adamw";
+
+  void validate() const {
+    detail::check_beta(name, "beta1", beta1);
+    detail::check_beta(name, "beta2", beta2);
+    detail::check_nonnegative(name, "eps", eps);
+    detail::check_nonnegative(name, "weight_decay", weight_decay);
+  }
+
+  // One step of the shard. `step` is t, the 1-based count of optimizer steps including
+  // this one (torch's state['step'] after its increment); `decay` says whether this run
+  // of params takes weight decay; grad_scale multiplies every grad first.
+  template <class P, class G>
+  void step(const shard_args<P, G>& a, float lr, float grad_scale, bool decay, long step) const {
+    validate();
+    detail::check_step(name, a, state_slots, lr, grad_scale, step);
+    if (a.n == 0) return;
+    // Scalars in double, as torch computes them in Python, then rounded once to float.
+    const double t = static_cast<double>(step);
+    const double bc1 = bias_correction ? 1.0 - std::pow(double{beta1}, t) : 1.0;
+    const double bc2 = bias_correction ? 1.0 - std::pow(double{beta2}, t) : 1.0;
+    const double wd = decay ? double{weight_decay} : 0.0;
+    detail::with_write_mode(a, [&](auto mode) {
+      kernels::adamw_update<P, G, decltype(mode)::value> f{
+          a.master,
+          a.grad,
+          a.state0,
+          a.state1,
+          a.param_out,
+          grad_scale,
+          beta1,
+          static_cast<float>(1.0 - double{beta1}),
+          beta2,
+          static_cast<float>(1.0 - double{beta2}),
+          static_cast<float>(1.0 - double{lr} * wd),
+          static_cast<float>(double{lr} / bc1),
+          static_cast<float>(1.0 / std::sqrt(bc2)),
+          eps,
+          detail::step_rounding_key(a.seed, step),
+          a.global_offset};
+      kernels::run_host(a.n, f);
+    });
+  }
+};
+
+}  // namespace strata

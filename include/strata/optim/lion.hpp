@@ -1,0 +1,49 @@
+// The Lion optimizer policy (sign of an interpolated momentum, decoupled weight decay,
+// as lion-pytorch): its hyperparameters and a fused step over one flat shard.
+#pragma once
+#include "../kernels/host_driver.hpp"
+#include "../kernels/lion.hpp"
+#include "shard.hpp"
+
+namespace strata {
+
+struct lion {
+  float beta1 = 0.9f, beta2 = 0.99f, weight_decay = 0.0f;
+
+  static constexpr int state_slots = 1;  // exp_avg
+  static constexpr const char* name = "lion";
+
+  void validate() const {
+    detail::check_beta(name, "beta1", beta1);
+    detail::check_beta(name, "beta2", beta2);
+    detail::check_nonnegative(name, "weight_decay", weight_decay);
+  }
+
+  // One step of the shard; `step` is the 1-based optimizer step (it seeds stochastic
+  // rounding only: Lion has no bias correction).
+  template <class P, class G>
+  void step(const shard_args<P, G>& a, float lr, float grad_scale, bool decay, long step) const {
+    validate();
+    detail::check_step(name, a, state_slots, lr, grad_scale, step);
+    if (a.n == 0) return;
+    const double wd = decay ? double{weight_decay} : 0.0;
+    detail::with_write_mode(a, [&](auto mode) {
+      kernels::lion_update<P, G, decltype(mode)::value> f{a.master,
+                                                          a.grad,
+                                                          a.state0,
+                                                          a.param_out,
+                                                          grad_scale,
+                                                          beta1,
+                                                          static_cast<float>(1.0 - double{beta1}),
+                                                          beta2,
+                                                          static_cast<float>(1.0 - double{beta2}),
+                                                          static_cast<float>(1.0 - double{lr} * wd),
+                                                          lr,
+                                                          detail::step_rounding_key(a.seed, step),
+                                                          a.global_offset};
+      kernels::run_host(a.n, f);
+    });
+  }
+};
+
+}  // namespace strata
