@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace strata {
@@ -53,12 +54,22 @@ inline std::string where(const std::source_location& loc) {
 }  // namespace detail
 
 // Throws E with the message unless cond holds. The location is the caller's, so a
-// message points at the check that failed rather than at this helper.
-template <class E = error>
-inline void expects(bool cond, const std::string& message,
+// message points at the check that failed rather than at this helper. The message is
+// a string literal, or a callable returning the string, so a check that passes costs
+// nothing: `expects(ok, [&] { return detail::cat("bad ", n); })`. (A std::string built
+// at the call site is accepted too, but is built even when the check passes: keep
+// that form off hot paths.)
+template <class E = error, class Message>
+inline void expects(bool cond, Message&& message,
                     const std::source_location loc = std::source_location::current()) {
-  if (!cond) [[unlikely]]
-    throw E(message + " [" + detail::where(loc) + "]");
+  if (cond) [[likely]]
+    return;
+  std::string text;
+  if constexpr (std::is_invocable_v<Message>)
+    text = std::string(message());
+  else
+    text = std::string(message);
+  throw E(text + " [" + detail::where(loc) + "]");
 }
 
 }  // namespace strata

@@ -1,0 +1,136 @@
+// The bucket plan shared by every sharding stage: whole layers grouped in reverse order
+// into buckets, each padded so it splits evenly over the data-parallel ranks. Gradients
+// are reduce-scattered bucket by bucket, ZeRO-3 gathers bucket by bucket, and a rank's
+// shard is its piece of every bucket, so all stages do the same arithmetic.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include "../core/error.hpp"
+#include "../model/layout.hpp"
+#include "../optim/shard.hpp"
+
+namespace strata {
+
+struct bucket {
+  std::size_t first_layer = 0, end_layer = 0;  // layers [first, end) in forward order
+  std::size_t src_begin = 0, src_end = 0;      // the same elements in the flat layout
+  std::size_t offset = 0;                      // start in the padded buffer
+  std::size_t size = 0;                        // padded: a multiple of ranks * piece_alignment
+  std::size_t piece = 0;                       // size / ranks: what each rank owns
+  std::size_t shard_offset = 0;                // where this bucket's piece starts in a rank's shard
+
+  std::size_t piece_begin(int rank) const { return offset + static_cast<std::size_t>(rank) * piece; }
+};
+
+class bucket_plan {
+ public:
+  // Pieces stay 64-byte aligned so SIMD and DMA work on whole cache lines.
+  static constexpr std::size_t piece_alignment = 16;
+
+  bucket_plan() = default;
+  bucket_plan(const flat_layout& layout, int ranks, std::size_t bucket_elems) : ranks_(ranks) {
+    expects<config_error>(ranks > 0, detail::cat("bucket plan for ", ranks, " ranks: need at least 1"));
+    expects<config_error>(bucket_elems > 0, "bucket size must be at least 1 element");
+    const auto& segs = layout.segments();
+    layers_ = segs.size();
+    // Walk layers from the last: backward produces their gradients first.
+    std::vector<bucket> reversed;
+    std::size_t end = segs.size();
+    while (end > 0) {
+      std::size_t first = end, elems = 0;
+      while (first > 0 && (elems == 0 || elems + segs[first - 1].size <= bucket_elems)) {
+        --first;
+        elems += segs[first].size;
+        if (elems >= bucket_elems) break;
+      }
+      bucket b;
+      b.first_layer = first;
+      b.end_layer = end;
+      b.src_begin = segs[first].offset;
+      b.src_end = segs[end - 1].offset + segs[end - 1].size;
+      reversed.push_back(b);
+      end = first;
+    }
+    buckets_.assign(reversed.rbegin(), reversed.rend());
+    const std::size_t quantum = static_cast<std::size_t>(ranks) * piece_alignment;
+    std::size_t offset = 0, shard = 0;
+    layer_bucket_.assign(layers_, 0);
+    for (std::size_t i = 0; i < buckets_.size(); ++i) {
+      auto& b = buckets_[i];
+      b.offset = offset;
+      b.size = (b.src_end - b.src_begin + quantum - 1) / quantum * quantum;
+      b.piece = b.size / static_cast<std::size_t>(ranks);
+      b.shard_offset = shard;
+      offset += b.size;
+      shard += b.piece;
+      max_bucket_ = std::max(max_bucket_, b.size);
+      for (std::size_t l = b.first_layer; l < b.end_layer; ++l) layer_bucket_[l] = i;
+    }
+    total_ = offset;
+    shard_size_ = shard;
+    for (const auto& p : layout.params()) params_.push_back({to_padded(p.offset), p.numel, p.decay});
+  }
+
+  int ranks() const noexcept { return ranks_; }
+  const std::vector<bucket>& buckets() const noexcept { return buckets_; }
+  std::size_t total() const noexcept { return total_; }
+  std::size_t shard_size() const noexcept { return shard_size_; }
+  std::size_t max_bucket() const noexcept { return max_bucket_; }
+  std::size_t max_piece() const noexcept { return ranks_ ? max_bucket_ / static_cast<std::size_t>(ranks_) : 0; }
+  std::size_t bucket_of_layer(std::size_t layer) const { return layer_bucket_.at(layer); }
+
+  // Offset in the padded buffer of an offset of the flat layout.
+  std::size_t to_padded(std::size_t flat_offset) const {
+    for (const auto& b : buckets_)
+      if (flat_offset >= b.src_begin && flat_offset < b.src_end) return b.offset + (flat_offset - b.src_begin);
+    // One past the end of the last bucket (an empty param at the end).
+    return buckets_.empty() ? 0 : buckets_.back().offset + (flat_offset - buckets_.back().src_begin);
+  }
+
+  // Decay runs over a rank's shard (shard coordinates). Padding joins a neighbouring
+  // run: it is zero and stays zero under every update, whatever its decay flag.
+  std::vector<decay_run> shard_runs(int rank) const {
+    std::vector<decay_run> runs;
+    for (const auto& b : buckets_) {
+      const std::size_t lo = b.piece_begin(rank), hi = lo + b.piece;
+      append_runs(lo, hi, b.shard_offset, runs);
+    }
+    return runs;
+  }
+  // Decay runs over the whole padded buffer (for the replicated policy's full update).
+  std::vector<decay_run> full_runs() const {
+    std::vector<decay_run> runs;
+    append_runs(0, total_, 0, runs);
+    return runs;
+  }
+
+ private:
+  struct padded_param {
+    std::size_t offset, numel;
+    bool decay;
+  };
+  // Appends the runs of [lo, hi) of the padded buffer, shifted so lo maps to `base`.
+  void append_runs(std::size_t lo, std::size_t hi, std::size_t base, std::vector<decay_run>& runs) const {
+    auto push = [&](std::size_t b, std::size_t e, bool decay) { add_decay_run(runs, b - lo + base, e - b, decay); };
+    auto last_flag = [&](bool fallback) { return runs.empty() ? fallback : runs.back().decay; };
+    std::size_t cursor = lo;
+    for (const auto& p : params_) {
+      const std::size_t b = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
+      if (b >= e) continue;
+      if (b > cursor) push(cursor, b, last_flag(p.decay));
+      push(b, e, p.decay);
+      cursor = e;
+    }
+    if (cursor < hi) push(cursor, hi, last_flag(true));
+  }
+
+  int ranks_ = 1;
+  std::size_t layers_ = 0, total_ = 0, shard_size_ = 0, max_bucket_ = 0;
+  std::vector<bucket> buckets_;
+  std::vector<std::size_t> layer_bucket_;
+  std::vector<padded_param> params_;
+};
+
+}  // namespace strata

@@ -1,0 +1,48 @@
+// strata: header-only C++20 distributed training. This umbrella header brings in the
+// host library: communicators and grid, model reflection, nn, optimizers, the trainer.
+#pragma once
+
+#include "core/buffer.hpp"
+#include "core/config.hpp"
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "core/shape.hpp"
+
+#include "space/host.hpp"
+#include "space/tensor.hpp"
+
+#include "comm/communicator.hpp"
+#include "comm/environment.hpp"
+#include "comm/grid.hpp"
+#include "comm/self.hpp"
+#if STRATA_HAS_MPI
+#include "comm/mpi.hpp"
+#endif
+
+#include "model/concepts.hpp"
+#include "model/layout.hpp"
+#include "model/param.hpp"
+#include "model/reflect.hpp"
+
+#include "kernels/reduce.hpp"
+#include "optim/adamw.hpp"
+#include "optim/clip.hpp"
+#include "optim/lion.hpp"
+#include "optim/loss_scaler.hpp"
+#include "optim/schedule.hpp"
+#include "optim/sgd.hpp"
+
+#include "parallel/bucket_plan.hpp"
+#include "parallel/policies.hpp"
+#include "parallel/precision.hpp"
+
+#include "nn/all.hpp"
+
+#include "train/batch.hpp"
+#include "train/dispatch.hpp"
+#include "train/options.hpp"
+#include "train/report.hpp"
+#include "train/trainer.hpp"
+#include "train/weights_hash.hpp"
+
+#include "observe/progress.hpp"

@@ -1,0 +1,92 @@
+// The trainer's view of a model: one entry per layer in forward order, with type-erased
+// forward/backward, the layer's params, and its per-micro-batch caches. Schedules
+// (sequential, ZeRO-3 gathering, pipeline stages) work on layer indices only.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../model/param.hpp"
+#include "../model/reflect.hpp"
+#include "../space/tensor.hpp"
+
+namespace strata {
+
+// What the trainer needs of a layer (DESIGN §2), given the context type it runs with.
+// Outputs are passed in (and reused across steps) so a step never allocates.
+template <class L, class Ctx>
+concept trainable_layer = requires { typename L::cache; } &&
+    requires(L& l, const L& cl, Ctx& ctx, const tensor<float, typename Ctx::space_type>& in,
+             tensor<float, typename Ctx::space_type>& out, typename L::cache& c) {
+      cl.forward(ctx, in, out, c);
+      l.backward(ctx, in, out, c);
+    };
+
+namespace detail {
+
+template <class L, class Ctx>
+constexpr bool check_trainable_layer() {
+  static_assert(requires { typename L::cache; },
+                "strata: a layer needs a nested `struct cache { ... };` holding what its backward needs "
+                "(an empty struct is fine)");
+  static_assert(trainable_layer<L, Ctx>,
+                "strata: a layer needs `template <class Ctx> void forward(Ctx&, const tensor<float>& x, "
+                "tensor<float>& y, cache&) const` and `template <class Ctx> void backward(Ctx&, const "
+                "tensor<float>& dy, tensor<float>& dx, cache&)`");
+  return true;
+}
+
+template <class Ctx>
+struct layer_entry {
+  using tensor_t = tensor<float, typename Ctx::space_type>;
+  std::string name;
+  void* layer = nullptr;
+  std::vector<param<float>*> params;
+  std::shared_ptr<void> caches;  // std::vector<L::cache>, one per micro-batch slot
+  void* (*cache_at)(void* caches, std::size_t slot) = nullptr;
+  void (*forward)(void* layer, Ctx&, const tensor_t&, tensor_t&, void* cache) = nullptr;
+  void (*backward)(void* layer, Ctx&, const tensor_t&, tensor_t&, void* cache) = nullptr;
+
+  void run_forward(Ctx& ctx, const tensor_t& x, tensor_t& y, std::size_t slot) {
+    forward(layer, ctx, x, y, cache_at(caches.get(), slot));
+  }
+  void run_backward(Ctx& ctx, const tensor_t& dy, tensor_t& dx, std::size_t slot) {
+    backward(layer, ctx, dy, dx, cache_at(caches.get(), slot));
+  }
+};
+
+// Builds the entries of a model; `slots` caches per layer let that many micro-batches
+// be in flight (1 without a pipeline).
+template <class Ctx, class Model>
+std::vector<layer_entry<Ctx>> make_layer_table(Model& model, std::size_t slots) {
+  using tensor_t = typename layer_entry<Ctx>::tensor_t;
+  std::vector<layer_entry<Ctx>> table;
+  for_each_layer(model, [&](auto& layer, std::string_view name, std::size_t) {
+    using L = std::remove_cvref_t<decltype(layer)>;
+    static_assert(check_trainable_layer<L, Ctx>());
+    using cache_t = typename L::cache;
+    layer_entry<Ctx> e;
+    e.name = std::string(name);
+    e.layer = &layer;
+    for_each_param(layer, [&](auto& p, std::string_view) {
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(p)>, param<float>>,
+                    "strata: the trainer trains param<float> (16-bit precision is a trainer policy)");
+      e.params.push_back(&p);
+    });
+    e.caches = std::make_shared<std::vector<cache_t>>(slots);
+    e.cache_at = [](void* c, std::size_t s) -> void* { return &(*static_cast<std::vector<cache_t>*>(c))[s]; };
+    e.forward = [](void* l, Ctx& ctx, const tensor_t& x, tensor_t& y, void* c) {
+      static_cast<const L*>(l)->forward(ctx, x, y, *static_cast<cache_t*>(c));
+    };
+    e.backward = [](void* l, Ctx& ctx, const tensor_t& dy, tensor_t& dx, void* c) {
+      static_cast<L*>(l)->backward(ctx, dy, dx, *static_cast<cache_t*>(c));
+    };
+    table.push_back(std::move(e));
+  });
+  return table;
+}
+
+}  // namespace detail
+}  // namespace strata

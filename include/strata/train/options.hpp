@@ -1,0 +1,36 @@
+// trainer_options: the runtime settings of a trainer (what DeepSpeed's JSON holds);
+// the compile-time choices are the trainer's policies.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "../core/error.hpp"
+#include "../kernels/rounding.hpp"
+#include "../optim/loss_scaler.hpp"
+#include "../optim/schedule.hpp"
+
+namespace strata {
+
+struct trainer_options {
+  float lr = 1e-3f;                      // used when schedule is left at its default
+  lr_schedule schedule = lr_schedule::constant(1e-3);
+  float max_grad_norm = 0.0f;            // gradient_clipping; 0 = none
+  int micro_batches = 1;                 // gradient_accumulation_steps
+  std::size_t bucket_elems = 1u << 22;   // reduce_bucket_size (elements)
+  std::uint64_t seed = 0;                // weight initialisation and stochastic rounding
+  loss_scaler_options loss_scaler{};     // fp16 only
+  strata::rounding rounding = strata::rounding::nearest_even;
+
+  void validate() const {
+    expects<config_error>(micro_batches >= 1,
+                          detail::cat("micro_batches (gradient_accumulation_steps) must be >= 1, got ", micro_batches));
+    expects<config_error>(std::isfinite(lr) && lr >= 0.0f, detail::cat("lr must be finite and >= 0, got ", lr));
+    expects<config_error>(std::isfinite(max_grad_norm) && max_grad_norm >= 0.0f,
+                          detail::cat("max_grad_norm (gradient_clipping) must be >= 0, got ", max_grad_norm));
+    expects<config_error>(bucket_elems >= 1, "bucket_elems (reduce_bucket_size) must be >= 1");
+    schedule.validate();
+  }
+};
+
+}  // namespace strata
