@@ -14,5 +14,5 @@ struct net : backbone {
 
 int main() {
   net m{};
-  strata::assign_names(m);
+  strata::for_each_layer(m, [](auto&, std::string_view, std::size_t) {});
 }

@@ -35,6 +35,8 @@ struct opaque_field<fp16> : std::true_type {};
 namespace detail {
 
 // Ranges of layers or of params: each element is walked, its index a path component.
+// (g++ 12 crashes inside Boost.PFR 1.81's field count on an aggregate that has a
+// std::array of non-trivial elements as a field: there, use std::vector.)
 template <class T>
 struct range_traits : std::false_type {};
 template <class E, class A>
@@ -123,14 +125,23 @@ consteval void report() {
 // Checks that T itself can be handed to Boost.PFR; only then are its fields looked at,
 // so a failure stops here with one message instead of an error deep inside PFR.
 template <role R, bool Loud, class T>
-consteval bool check_aggregate() {
+consteval bool check_reflectable() {
   if constexpr (!std::is_class_v<T> || std::is_union_v<T> || !std::is_aggregate_v<T> || std::is_polymorphic_v<T>) {
     if constexpr (Loud) report<R, failure::not_aggregate, T>();
     return false;
   } else if constexpr (has_base_class<T>) {
     if constexpr (Loud) report<R, failure::base_class, T>();
     return false;
-  } else if constexpr (!std::is_move_assignable_v<T>) {
+  } else {
+    return true;
+  }
+}
+
+// Run after T's fields passed: a type that still cannot be assigned has a reference or
+// const field of its own (a deeper one was reported at its own type).
+template <role R, bool Loud, class T>
+consteval bool check_assignable() {
+  if constexpr (!std::is_move_assignable_v<T>) {
     if constexpr (Loud) report<R, failure::unassignable, T>();
     return false;
   } else {
@@ -140,12 +151,37 @@ consteval bool check_aggregate() {
 
 template <bool Loud, class T>
 consteval bool check_member();
+template <bool Loud, class T>
+consteval bool check_model_field();
+template <bool Loud, class M>
+consteval bool check_model_fields();
 
 template <bool Loud, class T>
 consteval bool check_fields() {
   return []<std::size_t... I>(std::index_sequence<I...>) {
     return (check_member<Loud, boost::pfr::tuple_element_t<I, T>>() && ...);
   }(std::make_index_sequence<boost::pfr::tuple_size_v<T>>{});
+}
+
+// The whole check of an aggregate in role R. Nested `if constexpr`, not `&&`: each
+// later check is instantiated only when the earlier ones passed, so PFR never sees a
+// type it cannot reflect and a user sees one message.
+template <role R, bool Loud, class T>
+consteval bool check_aggregate() {
+  if constexpr (!check_reflectable<R, Loud, T>()) {
+    return false;
+  } else {
+    constexpr bool fields_ok = [] {
+      if constexpr (R == role::model)
+        return check_model_fields<Loud, T>();
+      else
+        return check_fields<Loud, T>();
+    }();
+    if constexpr (!fields_ok)
+      return false;
+    else
+      return check_assignable<R, Loud, T>();
+  }
 }
 
 // A field at any depth inside a layer (or an element of a range there).
@@ -156,18 +192,13 @@ consteval bool check_member() {
     return true;
   else if constexpr (reflected_range<U>)
     return check_member<Loud, range_element_t<U>>();
-  else if constexpr (check_aggregate<role::member, Loud, U>())
-    return check_fields<Loud, U>();
   else
-    return false;
+    return check_aggregate<role::member, Loud, U>();
 }
 
 template <bool Loud, class T>
 consteval bool check_layer() {
-  if constexpr (check_aggregate<role::layer, Loud, T>())
-    return check_fields<Loud, T>();
-  else
-    return false;
+  return check_aggregate<role::layer, Loud, T>();
 }
 
 // A top-level field of a model: a layer, or a range of layers.
@@ -190,14 +221,15 @@ consteval bool check_model_field() {
 }
 
 template <bool Loud, class M>
+consteval bool check_model_fields() {
+  return []<std::size_t... I>(std::index_sequence<I...>) {
+    return (check_model_field<Loud, boost::pfr::tuple_element_t<I, M>>() && ...);
+  }(std::make_index_sequence<boost::pfr::tuple_size_v<M>>{});
+}
+
+template <bool Loud, class M>
 consteval bool check_model() {
-  if constexpr (check_aggregate<role::model, Loud, M>()) {
-    return []<std::size_t... I>(std::index_sequence<I...>) {
-      return (check_model_field<Loud, boost::pfr::tuple_element_t<I, M>>() && ...);
-    }(std::make_index_sequence<boost::pfr::tuple_size_v<M>>{});
-  } else {
-    return false;
-  }
+  return check_aggregate<role::model, Loud, M>();
 }
 
 }  // namespace detail

@@ -3,6 +3,7 @@
 #pragma once
 #include <array>
 #include <cstddef>
+#include <memory>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -109,7 +110,8 @@ constexpr std::string_view field_in_signature(std::string_view s) {
 
 template <class T, std::size_t I>
 consteval std::string_view parsed_field_name() {
-  constexpr auto* address = &boost::pfr::get<I>(field_name_probe<T>.value);
+  // std::addressof, not &: nvcc's front end does not take & of the returned reference here.
+  constexpr auto* address = std::addressof(boost::pfr::get<I>(field_name_probe<T>.value));
   return field_in_signature(signature_with_field<field_address<decltype(address)>{address}>());
 }
 
@@ -189,7 +191,8 @@ constexpr const std::array<std::string_view, boost::pfr::tuple_size_v<T>>& field
     static_assert(detail::field_names_valid<T>(), "strata: the type's static field_names must be distinct identifiers");
   else
     static_assert(detail::field_names_valid<T>(),
-                  "strata: could not read this type's field names from the compiler; declare them on the type: "
+                  "strata: could not read this type's field names from the compiler (nvcc's front end cannot: "
+                  "reflect models in translation units that g++ or clang compile); or declare them on the type: "
                   "static constexpr std::array<std::string_view, N> field_names{\"a\", \"b\", ...};");
   return detail::field_names_of<T>;
 }

@@ -130,10 +130,7 @@ void for_each_layer(M& m, F&& f) {
 // Sets param::name of every param of a model (or of a layer) to its dotted path.
 template <class M>
 void assign_names(M& m) {
-  if constexpr (model<M> || layer<M>)
-    for_each_param(m, [](auto& p, std::string_view name) { p.name.assign(name); });
-  else
-    [[maybe_unused]] constexpr bool reported = check_model<M>();  // says why M is neither
+  for_each_param(m, [](auto& p, std::string_view name) { p.name.assign(name); });
 }
 
 }  // namespace strata
