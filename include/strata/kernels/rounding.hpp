@@ -42,7 +42,9 @@ STRATA_HOST_DEVICE constexpr std::uint16_t float_to_fp16_stochastic(float f, std
   const float hi = r_is_low ? ao : ar;
   // af - lo and hi - lo are exact (neighbouring fp16 values are floats within a binade).
   const float p_up = (af - lo) / (hi - lo);
-  const float u = static_cast<float>(noise >> 8) * 5.9604644775390625e-8f;  // [0, 1), 2^-24 steps
+  // u in [0, 1) from the complemented noise, so that, as core's bf16 rounding (which adds
+  // the noise below the kept bits), noise 0 truncates and all-ones rounds away from zero.
+  const float u = static_cast<float>((~noise) >> 8) * 5.9604644775390625e-8f;
   const bool up = u < p_up;
   return up ? (r_is_low ? o : r) : (r_is_low ? r : o);
 }

@@ -31,29 +31,31 @@ struct adamw {
     validate();
     detail::check_step(name, a, state_slots, lr, grad_scale, step);
     if (a.n == 0) return;
-    // Scalars in double, as torch computes them in Python, then rounded once to float.
+    // Scalars in double from the hyperparameters' decimals, as torch computes them in
+    // Python, then rounded once to float (detail::as_decimal).
+    const double b1 = detail::as_decimal(beta1), b2 = detail::as_decimal(beta2);
+    const double lr_d = detail::as_decimal(lr);
     const double t = static_cast<double>(step);
-    const double bc1 = bias_correction ? 1.0 - std::pow(double{beta1}, t) : 1.0;
-    const double bc2 = bias_correction ? 1.0 - std::pow(double{beta2}, t) : 1.0;
-    const double wd = decay ? double{weight_decay} : 0.0;
+    const double bc1 = bias_correction ? 1.0 - std::pow(b1, t) : 1.0;
+    const double bc2 = bias_correction ? 1.0 - std::pow(b2, t) : 1.0;
+    const double wd = decay ? detail::as_decimal(weight_decay) : 0.0;
     detail::with_write_mode(a, [&](auto mode) {
-      kernels::adamw_update<P, G, decltype(mode)::value> f{
-          a.master,
-          a.grad,
-          a.state0,
-          a.state1,
-          a.param_out,
-          grad_scale,
-          beta1,
-          static_cast<float>(1.0 - double{beta1}),
-          beta2,
-          static_cast<float>(1.0 - double{beta2}),
-          static_cast<float>(1.0 - double{lr} * wd),
-          static_cast<float>(double{lr} / bc1),
-          static_cast<float>(1.0 / std::sqrt(bc2)),
-          eps,
-          detail::step_rounding_key(a.seed, step),
-          a.global_offset};
+      kernels::adamw_update<P, G, decltype(mode)::value> f{a.master,
+                                                           a.grad,
+                                                           a.state0,
+                                                           a.state1,
+                                                           a.param_out,
+                                                           grad_scale,
+                                                           beta1,
+                                                           static_cast<float>(1.0 - b1),
+                                                           beta2,
+                                                           static_cast<float>(1.0 - b2),
+                                                           static_cast<float>(1.0 - lr_d * wd),
+                                                           static_cast<float>(lr_d / bc1),
+                                                           static_cast<float>(1.0 / std::sqrt(bc2)),
+                                                           eps,
+                                                           detail::step_rounding_key(a.seed, step),
+                                                           a.global_offset};
       kernels::run_host(a.n, f);
     });
   }

@@ -26,7 +26,9 @@ struct lion {
     validate();
     detail::check_step(name, a, state_slots, lr, grad_scale, step);
     if (a.n == 0) return;
-    const double wd = decay ? double{weight_decay} : 0.0;
+    // Step scalars from the hyperparameters' decimals, as torch would (detail::as_decimal).
+    const double b1 = detail::as_decimal(beta1), b2 = detail::as_decimal(beta2);
+    const double wd = decay ? detail::as_decimal(weight_decay) : 0.0;
     detail::with_write_mode(a, [&](auto mode) {
       kernels::lion_update<P, G, decltype(mode)::value> f{a.master,
                                                           a.grad,
@@ -34,10 +36,10 @@ struct lion {
                                                           a.param_out,
                                                           grad_scale,
                                                           beta1,
-                                                          static_cast<float>(1.0 - double{beta1}),
+                                                          static_cast<float>(1.0 - b1),
                                                           beta2,
-                                                          static_cast<float>(1.0 - double{beta2}),
-                                                          static_cast<float>(1.0 - double{lr} * wd),
+                                                          static_cast<float>(1.0 - b2),
+                                                          static_cast<float>(1.0 - detail::as_decimal(lr) * wd),
                                                           lr,
                                                           detail::step_rounding_key(a.seed, step),
                                                           a.global_offset};

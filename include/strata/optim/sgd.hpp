@@ -41,7 +41,7 @@ struct sgd {
             decay ? weight_decay : 0.0f,
             lr,
             momentum,
-            static_cast<float>(1.0 - double{dampening}),
+            static_cast<float>(1.0 - detail::as_decimal(dampening)),
             nesterov,
             step == 1,
             detail::step_rounding_key(a.seed, step),

@@ -1,6 +1,7 @@
 // What an optimizer step works on: the local flat shard (master weights, grads, moment
 // buffers, 16-bit param copy) and the runs of it that share a weight-decay flag.
 #pragma once
+#include <charconv>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -131,6 +132,20 @@ void with_write_mode(const shard_args<P, G>& a, Fn&& fn) {
 
 inline std::uint64_t step_rounding_key(std::uint64_t seed, long step) {
   return kernels::detail::rounding_key(seed, static_cast<std::uint64_t>(step));
+}
+
+// The double a float hyperparameter was written as: its shortest round-trip decimal
+// (0.999f -> 0.999). torch keeps hyperparameters as Python doubles and computes 1 - beta2,
+// beta2^t and 1 - lr * wd in double; doing the same from the float itself would make
+// 1 - beta2 about 1.3e-5 relative off for beta2 = 0.999 (the float is 0.99900001287...),
+// so strata's step scalars start from the decimal instead. Exact for every value a
+// user types as a short decimal, within float rounding of the float otherwise.
+inline double as_decimal(float x) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  double d = x;
+  if (r.ec == std::errc{}) std::from_chars(buf, r.ptr, d);
+  return d;
 }
 
 inline void check_beta(const char* opt, const char* field, float b) {

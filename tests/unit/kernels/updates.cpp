@@ -55,17 +55,23 @@ adam_state adam_inputs(std::size_t n) {
 }
 
 // torch.optim.AdamW's per-element arithmetic, written out plainly (kernels/adamw.hpp).
-void adamw_reference(adam_state& s, const strata::adamw& o, float lr, float gs, bool decay, long t) {
-  const double bc1 = 1.0 - std::pow(double{o.beta1}, double(t));
-  const double bc2 = 1.0 - std::pow(double{o.beta2}, double(t));
-  const float omb1 = float(1.0 - double{o.beta1}), omb2 = float(1.0 - double{o.beta2});
-  const float dec = float(1.0 - double{lr} * (decay ? double{o.weight_decay} : 0.0));
-  const float step_size = float(double{lr} / bc1), inv_bc2s = float(1.0 / std::sqrt(bc2));
+// Hyperparameters are the decimals a user writes; the step scalars are computed from
+// them in double, as torch does in Python (optim/shard.hpp, as_decimal).
+struct adamw_hp {
+  double beta1, beta2, eps, weight_decay, lr;
+};
+
+void adamw_reference(adam_state& s, const adamw_hp& h, float gs, bool decay, long t) {
+  const double bc1 = 1.0 - std::pow(h.beta1, double(t));
+  const double bc2 = 1.0 - std::pow(h.beta2, double(t));
+  const float b1 = float(h.beta1), b2 = float(h.beta2), omb1 = float(1.0 - h.beta1), omb2 = float(1.0 - h.beta2);
+  const float dec = float(1.0 - h.lr * (decay ? h.weight_decay : 0.0));
+  const float step_size = float(h.lr / bc1), inv_bc2s = float(1.0 / std::sqrt(bc2));
   for (std::size_t i = 0; i < s.p.size(); ++i) {
     const float g = s.g[i] * gs;
-    s.m[i] = o.beta1 * s.m[i] + omb1 * g;
-    s.v[i] = o.beta2 * s.v[i] + (omb2 * g) * g;
-    const float denom = std::sqrt(s.v[i]) * inv_bc2s + o.eps;
+    s.m[i] = b1 * s.m[i] + omb1 * g;
+    s.v[i] = b2 * s.v[i] + (omb2 * g) * g;
+    const float denom = std::sqrt(s.v[i]) * inv_bc2s + float(h.eps);
     s.p[i] = s.p[i] * dec - (step_size * s.m[i]) / denom;
   }
 }
@@ -73,13 +79,14 @@ void adamw_reference(adam_state& s, const strata::adamw& o, float lr, float gs, 
 }  // namespace
 
 TEST_CASE("adamw: host driver == scalar reference, bitwise, for any thread count") {
+  const adamw_hp h{0.9, 0.999, 1e-8, 0.05, 3e-3};
   const strata::adamw o{.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.05f};
   for (int threads : {1, 2}) {
     omp_set_num_threads(threads);
     for (bool decay : {true, false}) {
       for (long t : {1L, 7L}) {
         adam_state ref = adam_inputs(n_big), got = ref;
-        adamw_reference(ref, o, 3e-3f, 0.5f, decay, t);
+        adamw_reference(ref, h, 0.5f, decay, t);
         o.step(strata::shard_args<float, float>{got.p.data(), got.g.data(), got.m.data(), got.v.data(), nullptr, n_big},
                3e-3f, 0.5f, decay, t);
         INFO("threads " << threads << " decay " << decay << " step " << t);
@@ -107,13 +114,14 @@ namespace {
 struct sgd_case {
   const char* name;
   strata::sgd opt;
+  double dampening;  // the decimal opt.dampening was written as
   long step;
 };
 
 void sgd_reference(std::vector<float>& p, const std::vector<float>& g0, std::vector<float>& buf, const strata::sgd& o,
-                   float lr, float gs, bool decay, long t) {
+                   double dampening, float lr, float gs, bool decay, long t) {
   const float wd = decay ? o.weight_decay : 0.0f;
-  const float omd = float(1.0 - double{o.dampening});
+  const float omd = float(1.0 - dampening);  // the decimal, as torch
   for (std::size_t i = 0; i < p.size(); ++i) {
     float d = g0[i] * gs;
     if (wd != 0.0f) d = d + wd * p[i];
@@ -129,17 +137,17 @@ void sgd_reference(std::vector<float>& p, const std::vector<float>& g0, std::vec
 TEST_CASE("sgd: host driver == scalar reference, bitwise (plain, momentum, dampening, nesterov, decay)") {
   omp_set_num_threads(2);
   const sgd_case cases[] = {
-      {"plain", {}, 1},
-      {"weight decay", {.weight_decay = 0.01f}, 1},
-      {"momentum, first step", {.momentum = 0.9f}, 1},
-      {"momentum, later step", {.momentum = 0.9f, .dampening = 0.1f, .weight_decay = 0.01f}, 5},
-      {"nesterov", {.momentum = 0.8f, .nesterov = true, .weight_decay = 0.02f}, 3},
+      {"plain", {}, 0.0, 1},
+      {"weight decay", {.weight_decay = 0.01f}, 0.0, 1},
+      {"momentum, first step", {.momentum = 0.9f}, 0.0, 1},
+      {"momentum, later step", {.momentum = 0.9f, .dampening = 0.1f, .weight_decay = 0.01f}, 0.1, 5},
+      {"nesterov", {.momentum = 0.8f, .nesterov = true, .weight_decay = 0.02f}, 0.0, 3},
   };
   for (const auto& c : cases)
     for (bool decay : {true, false}) {
       std::vector<float> p = values(n_big, 5, -1.0f, 1.0f), g = grads(n_big, 6), buf = values(n_big, 7, -0.1f, 0.1f);
       std::vector<float> rp = p, rbuf = buf;
-      sgd_reference(rp, g, rbuf, c.opt, 0.05f, 0.25f, decay, c.step);
+      sgd_reference(rp, g, rbuf, c.opt, c.dampening, 0.05f, 0.25f, decay, c.step);
       c.opt.step(strata::shard_args<float, float>{p.data(), g.data(), buf.data(), nullptr, nullptr, n_big}, 0.05f,
                  0.25f, decay, c.step);
       INFO(c.name << " decay " << decay);
@@ -154,13 +162,13 @@ TEST_CASE("lion: host driver == scalar reference, bitwise") {
   for (bool decay : {true, false}) {
     std::vector<float> p = values(n_big, 8, -1.0f, 1.0f), g = grads(n_big, 9), m = values(n_big, 10, -0.01f, 0.01f);
     std::vector<float> rp = p, rm = m;
-    const float dec = float(1.0 - 1e-4f * (decay ? 0.1 : 0.0));
+    const float dec = float(1.0 - 1e-4 * (decay ? 0.1 : 0.0));  // decimals, as torch
     for (std::size_t i = 0; i < n_big; ++i) {
       const float gi = g[i] * 2.0f;
       const float c = 0.9f * rm[i] + float(1.0 - 0.9) * gi;
       const float u = c > 0 ? 1.0f : (c < 0 ? -1.0f : 0.0f);
       rp[i] = rp[i] * dec - 1e-4f * u;
-      rm[i] = 0.99f * rm[i] + float(1.0 - double{0.99f}) * gi;
+      rm[i] = 0.99f * rm[i] + float(1.0 - 0.99) * gi;
     }
     o.step(strata::shard_args<float, float>{p.data(), g.data(), m.data(), nullptr, nullptr, n_big}, 1e-4f, 2.0f, decay,
            4);
