@@ -2,6 +2,7 @@
 // compile-time std::array<std::string_view, N>; they make the dotted parameter names.
 #pragma once
 #include <array>
+#include <concepts>
 #include <cstddef>
 #include <memory>
 #include <string_view>

@@ -79,7 +79,6 @@ void for_each_param_under(Aggregate& a, std::string prefix, F& f) {
 
 template <class Field, class F>
 void visit_layer_field(Field& field, std::string_view field_name, std::string& name, std::size_t& index, F& f) {
-  name.assign(field_name);
   if constexpr (reflected_range<Field>) {
     std::size_t i = 0;
     for (auto& element : field) {
@@ -88,6 +87,7 @@ void visit_layer_field(Field& field, std::string_view field_name, std::string& n
       f(element, std::string_view(name), index++);
     }
   } else {
+    name.assign(field_name);
     f(field, std::string_view(name), index++);
   }
 }
