@@ -34,6 +34,14 @@ struct param {
   // Whether weight decay applies (AdamW by default decays matrices, not 1-D params).
   bool decay = true;
 
+  // Tensor parallelism: this param may be the slice [shard_offset, shard_offset +
+  // shape[shard_dim]) along shard_dim of a full tensor of shape full_shape (shard_dim -1:
+  // the param is whole). Initialisation and consolidated export go through
+  // global_index(), so every process layout sees the same full tensor.
+  int shard_dim = -1;
+  std::int64_t shard_offset = 0;
+  strata::shape full_shape;
+
   // Set by reflection (model/reflect.hpp): the dotted field path, e.g. "blocks.3.fc1.weight".
   std::string name;
   // Bound by the owner of the flat layout; null until then.
@@ -44,6 +52,28 @@ struct param {
   explicit param(strata::shape s, init_spec i = {}) : shape(s), init(i), decay(s.rank >= 2) {}
 
   std::size_t numel() const noexcept { return shape.numel(); }
+  bool sharded() const noexcept { return shard_dim >= 0; }
+  // Marks this param as a slice along `dim` of the full tensor `full`, starting at `offset`.
+  void shard_of(strata::shape full, int dim, std::int64_t offset) {
+    full_shape = full;
+    shard_dim = dim;
+    shard_offset = offset;
+  }
+  // Row-major index in the full tensor of local element `local`.
+  std::size_t global_index(std::size_t local) const noexcept {
+    if (shard_dim < 0) return local;
+    std::size_t idx = 0, rem = local;
+    std::size_t stride_local = numel(), stride_full = full_shape.numel();
+    for (std::size_t d = 0; d < shape.rank; ++d) {
+      stride_local /= static_cast<std::size_t>(shape[d] ? shape[d] : 1);
+      stride_full /= static_cast<std::size_t>(full_shape[d] ? full_shape[d] : 1);
+      std::size_t coord = stride_local ? rem / stride_local : 0;
+      rem = stride_local ? rem % stride_local : 0;
+      if (static_cast<int>(d) == shard_dim) coord += static_cast<std::size_t>(shard_offset);
+      idx += coord * stride_full;
+    }
+    return idx;
+  }
   bool bound() const noexcept { return data_ptr != nullptr; }
   T* data() noexcept { return data_ptr; }
   const T* data() const noexcept { return data_ptr; }

@@ -166,7 +166,9 @@ class trainer {
     std::size_t i = 0;
     for (auto& e : table_)
       for (auto* p : e.params) {
-        (void)p;
+        expects(i < layout_.params().size() && p->name == layout_.params()[i].name,
+                "strata::trainer: the layer walk and the flat layout disagree on the param order");
+        all_params_.push_back(p);
         layer_param_offset_.push_back(param_offset_[i++]);
       }
     std::size_t first = 0;
@@ -197,8 +199,10 @@ class trainer {
       const std::uint64_t key = detail::init_key(opts_.seed, slot.name);
       const std::size_t lo = param_offset_[i], hi = lo + slot.numel;
       state_.for_each_master_range(plan_, stage, lo, hi, [&](std::size_t padded, std::size_t master_idx, std::size_t n) {
+        // Tensor-parallel slices draw the elements of the full tensor they are part of.
+        const param<float>& p = *all_params_[i];
         for (std::size_t j = 0; j < n; ++j)
-          state_.master[master_idx + j] = detail::init_value(slot.init, key, padded - lo + j);
+          state_.master[master_idx + j] = detail::init_value(slot.init, key, p.global_index(padded - lo + j));
       });
     }
     refresh_params_from_master();
@@ -433,6 +437,7 @@ class trainer {
   std::vector<detail::layer_entry<ctx_t>> table_;
   detail::sharded_state<compute_t> state_;
   std::vector<std::size_t> param_offset_, layer_param_offset_, layer_first_param_;
+  std::vector<param<float>*> all_params_;  // in layout order
   std::vector<tensor_t> acts_, dacts_;
   tensor_t mb_targets_;
   ctx_t ctx_;
