@@ -1,0 +1,219 @@
+// lane: one background thread that runs a communicator's operations in submission order,
+// like a CUDA stream, so the caller's compute proceeds while communication is in flight.
+#pragma once
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "../../core/error.hpp"
+#include "../request.hpp"
+
+namespace strata::detail {
+
+// Operations a communicator may have queued before a submitter waits for room.
+inline constexpr std::size_t lane_capacity = 64;
+
+// The time-out for one operation, from STRATA_COMM_TIMEOUT (seconds) or 300 s. A stuck
+// collective cannot be cancelled, so after this long the waiter aborts the job.
+inline std::chrono::duration<double> default_comm_timeout() {
+  static const std::chrono::duration<double> value = [] {
+    const char* s = std::getenv("STRATA_COMM_TIMEOUT");
+    if (!s || !*s) return std::chrono::duration<double>(300.0);
+    char* end = nullptr;
+    const double v = std::strtod(s, &end);
+    expects<config_error>(end && *end == '\0' && v > 0,
+                          cat("STRATA_COMM_TIMEOUT=\"", s, "\" is not a positive number of seconds"));
+    return std::chrono::duration<double>(v);
+  }();
+  return value;
+}
+
+// Exec supplies, for an immutable Task (written once at submit):
+//   bool start(const Task&, std::size_t slot)  runs the task, or posts it and returns false
+//   bool poll(const Task&, std::size_t slot)   for a posted task: true once it completed
+//   static bool overlaps(const Task&)          may be posted while earlier posted tasks are
+//                                              in flight (point-to-point; a collective waits)
+//   void timed_out(const Task&, double s)      called on a waiting thread; normally aborts
+// Tasks complete, and tickets are published, in submission order. The ring is fixed, so
+// submitting allocates nothing; a full ring makes the submitter wait, as a full stream does.
+template <class Task, class Exec>
+class lane final : public request_source {
+ public:
+  static constexpr std::size_t capacity = lane_capacity;
+  using clock = std::chrono::steady_clock;
+
+  lane(Exec& exec, std::chrono::duration<double> timeout) : exec_(exec) {
+    set_timeout(timeout);
+    thread_ = std::thread([this] { loop(); });
+  }
+  lane(const lane&) = delete;
+  lane& operator=(const lane&) = delete;
+  // Runs what is queued, then stops.
+  ~lane() {
+    {
+      std::lock_guard lk(m_);
+      stop_ = true;
+    }
+    work_cv_.notify_one();
+    thread_.join();
+  }
+
+  static constexpr std::size_t slot_of(std::uint64_t ticket) { return (ticket - 1) % capacity; }
+
+  std::uint64_t submit(const Task& task) {
+    std::uint64_t ticket;
+    {
+      std::unique_lock lk(m_);
+      if (submitted_ - completed_.load(std::memory_order_relaxed) >= capacity)
+        done_cv_.wait(lk, [&] { return submitted_ - completed_.load(std::memory_order_relaxed) < capacity; });
+      ticket = submitted_ + 1;
+      ring_[slot_of(ticket)] = task;
+      submitted_ = ticket;
+      submitted_seen_.store(ticket, std::memory_order_release);
+    }
+    work_cv_.notify_one();
+    return ticket;
+  }
+
+  bool test(std::uint64_t ticket) override { return completed_.load(std::memory_order_acquire) >= ticket; }
+
+  void wait(std::uint64_t ticket) override {
+    if (completed_.load(std::memory_order_acquire) < ticket) wait_slow(ticket);
+    if (error_count_.load(std::memory_order_acquire) == 0) return;
+    std::exception_ptr e;
+    {
+      std::lock_guard lk(m_);
+      if (auto it = errors_.find(ticket); it != errors_.end()) {
+        e = it->second;
+        errors_.erase(it);
+        error_count_.fetch_sub(1, std::memory_order_release);
+      }
+    }
+    if (e) std::rethrow_exception(e);
+  }
+
+  // Waits until everything submitted so far completed; errors stay with their requests.
+  void drain() {
+    std::uint64_t last;
+    {
+      std::lock_guard lk(m_);
+      last = submitted_;
+    }
+    if (completed_.load(std::memory_order_acquire) < last) wait_slow(last);
+  }
+
+  void set_timeout(std::chrono::duration<double> t) {
+    expects<config_error>(t.count() > 0, cat("communicator time-out of ", t.count(), " s: must be positive"));
+    timeout_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(t).count(), std::memory_order_relaxed);
+  }
+  std::chrono::duration<double> timeout() const {
+    return std::chrono::nanoseconds(timeout_ns_.load(std::memory_order_relaxed));
+  }
+
+ private:
+  void wait_slow(std::uint64_t ticket) {
+    std::unique_lock lk(m_);
+    while (completed_.load(std::memory_order_acquire) < ticket) {
+      const std::uint64_t oldest = completed_.load(std::memory_order_acquire) + 1;
+      const auto limit = std::chrono::nanoseconds(timeout_ns_.load(std::memory_order_relaxed));
+      if (started_.load(std::memory_order_acquire) < oldest) {
+        // Not started yet: the lane is about to pick it up; its clock starts then.
+        done_cv_.wait_for(lk, limit);
+        continue;
+      }
+      const auto deadline = clock::time_point(clock::duration(started_at_[slot_of(oldest)].load())) + limit;
+      if (clock::now() < deadline) {
+        done_cv_.wait_until(lk, deadline);
+        continue;
+      }
+      if (reported_ != oldest) {
+        reported_ = oldest;
+        const Task stuck = ring_[slot_of(oldest)];
+        lk.unlock();
+        exec_.timed_out(stuck, std::chrono::duration<double>(limit).count());
+        lk.lock();
+      } else {
+        done_cv_.wait_for(lk, limit);
+      }
+    }
+  }
+
+  void loop() {
+    std::uint64_t started = 0, completed = 0;
+    std::array<bool, capacity> done{};
+    for (;;) {
+      std::uint64_t available = submitted_seen_.load(std::memory_order_acquire);
+      if (started == completed && started == available) {
+        std::unique_lock lk(m_);
+        work_cv_.wait(lk, [&] { return stop_ || submitted_ > started; });
+        if (submitted_ == started) return;  // stop requested and nothing left
+        available = submitted_;
+      }
+      bool progressed = false;
+      if (started < available) {
+        const std::uint64_t t = started + 1;
+        const Task& task = ring_[slot_of(t)];
+        if (started == completed || Exec::overlaps(task)) {
+          started_at_[slot_of(t)].store(clock::now().time_since_epoch().count());
+          started_.store(t, std::memory_order_release);
+          started = t;
+          done[slot_of(t)] = run([&] { return exec_.start(task, slot_of(t)); }, t);
+          progressed = true;
+        }
+      }
+      for (std::uint64_t t = completed + 1; t <= started; ++t)
+        if (!done[slot_of(t)]) done[slot_of(t)] = run([&] { return exec_.poll(ring_[slot_of(t)], slot_of(t)); }, t);
+      const std::uint64_t before = completed;
+      while (completed < started && done[slot_of(completed + 1)]) done[slot_of(++completed)] = false;
+      if (completed != before) {
+        {
+          std::lock_guard lk(m_);
+          completed_.store(completed, std::memory_order_release);
+        }
+        done_cv_.notify_all();
+        progressed = true;
+      }
+      // Posted point-to-point operations are in flight and nothing else can start.
+      if (!progressed) std::this_thread::yield();
+    }
+  }
+
+  // An error completes the task; it is kept for the one request that waits on it.
+  template <class F>
+  bool run(F&& f, std::uint64_t ticket) {
+    try {
+      return f();
+    } catch (...) {
+      std::lock_guard lk(m_);
+      errors_[ticket] = std::current_exception();
+      error_count_.fetch_add(1, std::memory_order_release);
+      return true;
+    }
+  }
+
+  Exec& exec_;
+  std::mutex m_;
+  std::condition_variable work_cv_, done_cv_;
+  std::array<Task, capacity> ring_{};
+  std::array<std::atomic<clock::rep>, capacity> started_at_{};
+  std::uint64_t submitted_ = 0;                 // guarded by m_
+  std::atomic<std::uint64_t> submitted_seen_{0};  // the same, readable by the lane without m_
+  std::atomic<std::uint64_t> started_{0};
+  std::atomic<std::uint64_t> completed_{0};
+  std::atomic<std::int64_t> timeout_ns_{0};
+  std::uint64_t reported_ = 0;  // guarded by m_: the ticket whose time-out was reported
+  std::map<std::uint64_t, std::exception_ptr> errors_;
+  std::atomic<int> error_count_{0};
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace strata::detail

@@ -1,0 +1,220 @@
+// mpi_comm: the host communicator over MPI. It owns a duplicated MPI_Comm and one lane
+// thread; every operation is queued on the lane, so *_async calls return at once.
+#pragma once
+#include <mpi.h>
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "../core/error.hpp"
+#include "detail/mpi_exec.hpp"
+#include "mpi_types.hpp"
+#include "reduce_op.hpp"
+#include "request.hpp"
+
+namespace strata {
+
+namespace detail {
+struct mpi_testing;
+}
+
+// Buffers passed to an *_async call belong to the operation until its request completes.
+// Blocking forms are the asynchronous ones followed by wait(). Operations on one
+// communicator run in call order; requests must not outlive their communicator.
+class mpi_comm {
+ public:
+  // Duplicates `parent` (collective over it), so strata's traffic never matches the user's.
+  explicit mpi_comm(MPI_Comm parent, std::string name = "comm") : s_(std::make_unique<detail::mpi_state>(dup(parent), std::move(name))) {}
+  mpi_comm(mpi_comm&&) noexcept = default;
+  mpi_comm& operator=(mpi_comm&&) noexcept = default;
+  ~mpi_comm() = default;
+
+  int rank() const { return state().rank(); }
+  int size() const { return state().size(); }
+  // The duplicated communicator, for interop (e.g. an NCCL bootstrap). Calls on it from
+  // other threads are not ordered with this communicator's lane.
+  MPI_Comm native() const { return state().comm(); }
+  const std::string& name() const { return state().name(); }
+  void set_name(std::string name) { state().set_name(std::move(name)); }
+  // How long one operation may run before the job is aborted (STRATA_COMM_TIMEOUT or 300 s).
+  std::chrono::duration<double> timeout() const { return s_->queue().timeout(); }
+  void set_timeout(std::chrono::duration<double> t) { state().queue().set_timeout(t); }
+
+  // ---- asynchronous forms ----
+  template <comm_element T>
+  request all_reduce_async(std::span<T> data, reduce_op op = reduce_op::sum) {
+    auto t = task<T>(detail::mpi_task::kind::all_reduce, data.size());
+    t.out = data.data();
+    t.n = data.size();
+    t.op = detail::mpi_op<T>(op);
+    if (op == reduce_op::avg) t.finish = &detail::divide_by_size<T>;
+    return submit(t);
+  }
+
+  template <class U, comm_element T>
+    requires std::is_same_v<std::remove_const_t<U>, T>
+  request reduce_scatter_async(std::span<U> in, std::span<T> out, reduce_op op = reduce_op::sum) {
+    const std::size_t p = static_cast<std::size_t>(size());
+    expects<comm_error>(in.size() == out.size() * p,
+                        detail::cat("reduce_scatter on ", name(), ": input has ", in.size(), " elements, expected out (",
+                                    out.size(), ") x size (", p, ") = ", out.size() * p));
+    expects<comm_error>(!overlap(in, out) || out.empty(), detail::cat("reduce_scatter on ", name(), ": input and output overlap"));
+    auto t = task<T>(detail::mpi_task::kind::reduce_scatter, in.size());
+    t.in = in.data();
+    t.out = out.data();
+    t.n = out.size();
+    t.op = detail::mpi_op<T>(op);
+    if (op == reduce_op::avg) t.finish = &detail::divide_by_size<T>;
+    return submit(t);
+  }
+
+  // `in` may be out's own block (out.subspan(rank() * in.size(), in.size())): gathered in place.
+  template <class U, comm_element T>
+    requires std::is_same_v<std::remove_const_t<U>, T>
+  request all_gather_async(std::span<U> in, std::span<T> out) {
+    const std::size_t p = static_cast<std::size_t>(size());
+    expects<comm_error>(out.size() == in.size() * p,
+                        detail::cat("all_gather on ", name(), ": output has ", out.size(), " elements, expected in (",
+                                    in.size(), ") x size (", p, ") = ", in.size() * p));
+    const T* own = out.data() + static_cast<std::size_t>(rank()) * in.size();
+    expects<comm_error>(in.data() == own || !overlap(in, out),
+                        detail::cat("all_gather on ", name(), ": input overlaps the output but is not block ", rank(),
+                                    " of it"));
+    auto t = task<T>(detail::mpi_task::kind::all_gather, out.size());
+    t.in = in.data();
+    t.out = out.data();
+    t.n = in.size();
+    return submit(t);
+  }
+
+  template <comm_element T>
+  request broadcast_async(std::span<T> data, int root) {
+    check_rank(root, "broadcast root");
+    auto t = task<T>(detail::mpi_task::kind::broadcast, data.size());
+    t.out = data.data();
+    t.n = data.size();
+    t.peer = root;
+    return submit(t);
+  }
+
+  template <class U>
+    requires comm_element<std::remove_const_t<U>>
+  request send_async(std::span<U> data, int dest, int tag = 0) {
+    check_rank(dest, "send destination");
+    check_tag(tag);
+    auto t = task<std::remove_const_t<U>>(detail::mpi_task::kind::send, data.size());
+    t.in = data.data();
+    t.n = data.size();
+    t.peer = dest;
+    t.tag = tag;
+    return submit(t);
+  }
+
+  template <comm_element T>
+  request recv_async(std::span<T> data, int src, int tag = 0) {
+    check_rank(src, "recv source");
+    check_tag(tag);
+    auto t = task<T>(detail::mpi_task::kind::recv, data.size());
+    t.out = data.data();
+    t.n = data.size();
+    t.peer = src;
+    t.tag = tag;
+    return submit(t);
+  }
+
+  request barrier_async() {
+    detail::mpi_task t;
+    t.k = detail::mpi_task::kind::barrier;
+    return submit(t);
+  }
+
+  // ---- blocking forms ----
+  template <comm_element T>
+  void all_reduce(std::span<T> data, reduce_op op = reduce_op::sum) { all_reduce_async(data, op).wait(); }
+  template <class U, comm_element T>
+    requires std::is_same_v<std::remove_const_t<U>, T>
+  void reduce_scatter(std::span<U> in, std::span<T> out, reduce_op op = reduce_op::sum) {
+    reduce_scatter_async(in, out, op).wait();
+  }
+  template <class U, comm_element T>
+    requires std::is_same_v<std::remove_const_t<U>, T>
+  void all_gather(std::span<U> in, std::span<T> out) { all_gather_async(in, out).wait(); }
+  template <comm_element T>
+  void broadcast(std::span<T> data, int root) { broadcast_async(data, root).wait(); }
+  template <class U>
+    requires comm_element<std::remove_const_t<U>>
+  void send(std::span<U> data, int dest, int tag = 0) { send_async(data, dest, tag).wait(); }
+  template <comm_element T>
+  void recv(std::span<T> data, int src, int tag = 0) { recv_async(data, src, tag).wait(); }
+  void barrier() { barrier_async().wait(); }
+
+  // Collective: ranks with the same color form a communicator, ordered by key then rank.
+  mpi_comm split(int color, int key) {
+    expects<comm_error>(color >= 0, detail::cat("split of ", name(), ": color ", color, " must be >= 0"));
+    MPI_Comm result = MPI_COMM_NULL;
+    detail::mpi_task t;
+    t.k = detail::mpi_task::kind::split;
+    t.color = color;
+    t.key = key;
+    t.result = &result;
+    submit(t).wait();
+    return mpi_comm(adopt_t{}, result, detail::cat(name(), "/", color));
+  }
+
+ private:
+  friend struct detail::mpi_testing;
+  struct adopt_t {};
+  mpi_comm(adopt_t, MPI_Comm owned, std::string name) : s_(std::make_unique<detail::mpi_state>(owned, std::move(name))) {}
+
+  static MPI_Comm dup(MPI_Comm parent) {
+    MPI_Comm c = MPI_COMM_NULL;
+    STRATA_CHECK_MPI(MPI_Comm_dup(parent, &c));
+    return c;
+  }
+  detail::mpi_state& state() const {
+    expects<comm_error>(s_ != nullptr, "use of a moved-from strata::mpi_comm");
+    return *s_;
+  }
+  template <class T>
+  detail::mpi_task task(detail::mpi_task::kind k, std::size_t count) const {
+    detail::mpi_task t;
+    t.k = k;
+    t.type = detail::mpi_type<T>();
+    t.elem = sizeof(T);
+    t.count = count;
+    return t;
+  }
+  request submit(const detail::mpi_task& t) {
+    auto& q = state().queue();
+    return request(&q, q.submit(t));
+  }
+  void check_rank(int r, const char* what) const {
+    expects<comm_error>(r >= 0 && r < size(),
+                        detail::cat(what, " ", r, " on ", name(), ": not a rank of a communicator of size ", size()));
+  }
+  void check_tag(int tag) const {
+    expects<comm_error>(tag >= 0, detail::cat("tag ", tag, " on ", name(), ": tags must be >= 0"));
+  }
+  template <class A, class B>
+  static bool overlap(std::span<A> a, std::span<B> b) {
+    const auto* a0 = reinterpret_cast<const char*>(a.data());
+    const auto* b0 = reinterpret_cast<const char*>(b.data());
+    return a0 < b0 + b.size_bytes() && b0 < a0 + a.size_bytes();
+  }
+
+  std::unique_ptr<detail::mpi_state> s_;
+};
+
+namespace detail {
+// Lets tests exercise the over-INT_MAX paths with small buffers.
+struct mpi_testing {
+  static void set_chunk(mpi_comm& c, std::size_t elements) { c.state().set_chunk(elements); }
+};
+}  // namespace detail
+
+}  // namespace strata
