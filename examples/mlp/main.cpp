@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
     strata::expects<strata::config_error>(rc.steps >= 0, strata::detail::cat("--steps ", rc.steps, " is negative"));
     strata::expects<strata::config_error>(rc.batch > 0, strata::detail::cat("--batch ", rc.batch, " must be positive"));
     opts.schedule = strata::lr_schedule::constant(opts.lr);
+    opts.validate();
     return strata::dispatch(pol, [&](auto s, auto o, auto p) {
       return run<typename decltype(s)::type, typename decltype(o)::type, typename decltype(p)::type>(env, rc, opts);
     });

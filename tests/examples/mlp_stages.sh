@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The example as a user runs it: `mpiexec -n 4 mlp --zero Z --report r.json` gives one
+# weights_hash for Z = 0..3 (and with --offload), for fp32 and bf16; bad options fail
+# with a clear message and exit code 2.
+# usage: mlp_stages.sh MLP_BINARY MPIEXEC WORK_DIR
+set -euo pipefail
+mlp=$1 mpiexec=$2 work=$3
+rm -rf "$work" && mkdir -p "$work"
+hash_of() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["weights_hash"])' "$1"; }
+for precision in fp32 bf16; do
+  hashes=()
+  for z in 0 1 2 3; do
+    "$mpiexec" -n 4 "$mlp" --zero "$z" --precision "$precision" --steps 8 --micro-batches 2 --quiet \
+      --report "$work/z$z-$precision.json"
+    hashes+=("$(hash_of "$work/z$z-$precision.json")")
+  done
+  for z in 1 2 3; do
+    "$mpiexec" -n 4 "$mlp" --zero "$z" --offload --precision "$precision" --steps 8 --micro-batches 2 --quiet \
+      --report "$work/z$z-offload-$precision.json"
+    hashes+=("$(hash_of "$work/z$z-offload-$precision.json")")
+  done
+  unique=$(printf '%s\n' "${hashes[@]}" | sort -u | wc -l)
+  echo "$precision: ${hashes[*]}"
+  [ "$unique" = 1 ] || { echo "FAILED: $precision stages gave $unique different weights hashes"; exit 1; }
+done
+# The report has the keys a user reads.
+python3 - "$work/z2-fp32.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+for key in ("final_loss", "weights_hash", "skipped_steps", "memory"):
+    assert key in r, f"report lacks {key}"
+assert isinstance(r["final_loss"], float) and isinstance(r["skipped_steps"], list)
+assert r["memory"]["master"] > 0
+PY
+# Bad input: a clear error, exit code 2, no hang.
+for bad in "--zero 5" "--micro-batches 0" "--steps -1" "--lr -0.1" "--precision fp8" "--batch 30 --micro-batches 4" "--zero 0 --offload" "--bogus 1"; do
+  set +e
+  out=$("$mpiexec" -n 2 "$mlp" $bad --quiet 2>&1)
+  rc=$?
+  set -e
+  echo "mlp $bad -> exit $rc: $(echo "$out" | grep 'mlp: error' | head -1)"
+  [ "$rc" != 0 ] || { echo "FAILED: '$bad' was accepted"; exit 1; }
+  echo "$out" | grep -q "mlp: error: " || { echo "FAILED: '$bad' gave no clear message"; exit 1; }
+done
+echo "mlp_stages: ok"
