@@ -1,0 +1,138 @@
+// bench/collectives: an nccl-tests-style table of all_reduce, reduce_scatter and all_gather
+// through strata's mpi_comm and through raw MPI on the same kind of communicator, in one run.
+//   mpiexec -n 2 bench/collectives [--min-bytes 4096] [--max-bytes 268435456] [--iters 20] [--warmup 3]
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <strata/comm/environment.hpp>
+#include <strata/space/host.hpp>
+
+namespace {
+
+struct options {
+  std::size_t min_bytes = 4096, max_bytes = std::size_t{256} << 20;
+  int iters = 20, warmup = 3;
+};
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) throw strata::config_error("bench/collectives: " + a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--min-bytes") o.min_bytes = std::strtoull(next(), nullptr, 10);
+    else if (a == "--max-bytes") o.max_bytes = std::strtoull(next(), nullptr, 10);
+    else if (a == "--iters") o.iters = std::atoi(next());
+    else if (a == "--warmup") o.warmup = std::atoi(next());
+    else throw strata::config_error("bench/collectives: unknown option " + a +
+                                    " (options: --min-bytes N --max-bytes N --iters N --warmup N)");
+  }
+  if (o.min_bytes < 4 || o.max_bytes < o.min_bytes || o.iters < 1 || o.warmup < 0)
+    throw strata::config_error("bench/collectives: need 4 <= min-bytes <= max-bytes, iters >= 1, warmup >= 0");
+  return o;
+}
+
+enum class op { all_reduce, reduce_scatter, all_gather };
+const char* name_of(op o) {
+  return o == op::all_reduce ? "all_reduce" : o == op::reduce_scatter ? "reduce_scatter" : "all_gather";
+}
+// nccl-tests' bus bandwidth factors: what each rank's link carries relative to the size.
+double bus_factor(op o, int n) {
+  return o == op::all_reduce ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  strata::environment env(argc, argv);
+  const options opt = parse(argc, argv);
+  auto& world = env.world();
+  const int p = world.size(), me = world.rank();
+
+  // Raw MPI gets its own duplicate of the world, as strata's world is one; a third
+  // duplicate carries the benchmark's own barriers and timing reductions.
+  MPI_Comm raw, ctl;
+  MPI_Comm_dup(MPI_COMM_WORLD, &raw);
+  MPI_Comm_dup(MPI_COMM_WORLD, &ctl);
+
+  // Allocated and touched once (host_buffer zero-fills); zeros keep sums free of
+  // denormals and overflow however many times they are reduced.
+  const std::size_t max_count = opt.max_bytes / sizeof(float);
+  strata::host_buffer<float> a(max_count), b(max_count);
+
+  if (me == 0)
+    std::printf("# strata bench/collectives: %d processes, float, sum; times are medians of %d iterations (max over ranks)\n"
+                "# busbw factors (nccl-tests): all_reduce 2(n-1)/n, reduce_scatter and all_gather (n-1)/n\n",
+                p, opt.iters);
+
+  for (op o : {op::all_reduce, op::reduce_scatter, op::all_gather}) {
+    if (me == 0)
+      std::printf("\n# %s\n# %12s %11s | %10s %9s %9s | %10s %9s %9s | %6s\n", name_of(o), "size(B)", "count",
+                  "strata(us)", "algbw", "busbw", "raw(us)", "algbw", "busbw", "ratio");
+    std::vector<double> big_ratios;
+    for (std::size_t bytes = opt.min_bytes; bytes <= opt.max_bytes; bytes *= 4) {
+      // As in nccl-tests, size is the whole buffer: the input of reduce_scatter, the
+      // output of all_gather; it is split into p equal blocks.
+      const std::size_t count = bytes / sizeof(float) / static_cast<std::size_t>(p) * static_cast<std::size_t>(p);
+      const std::size_t block = count / static_cast<std::size_t>(p);
+      const int ic = static_cast<int>(count), ib = static_cast<int>(block);
+      auto run_strata = [&] {
+        switch (o) {
+          case op::all_reduce: world.all_reduce(std::span(a.data(), count)); break;
+          case op::reduce_scatter:
+            world.reduce_scatter(std::span<const float>(a.data(), count), std::span(b.data(), block));
+            break;
+          case op::all_gather:
+            world.all_gather(std::span<const float>(a.data(), block), std::span(b.data(), count));
+            break;
+        }
+      };
+      auto run_raw = [&] {
+        switch (o) {
+          case op::all_reduce: MPI_Allreduce(MPI_IN_PLACE, a.data(), ic, MPI_FLOAT, MPI_SUM, raw); break;
+          case op::reduce_scatter: MPI_Reduce_scatter_block(a.data(), b.data(), ib, MPI_FLOAT, MPI_SUM, raw); break;
+          case op::all_gather: MPI_Allgather(a.data(), ib, MPI_FLOAT, b.data(), ib, MPI_FLOAT, raw); break;
+        }
+      };
+      // Alternating the two per iteration gives both the same machine conditions.
+      std::vector<double> t_strata, t_raw;
+      for (int it = 0; it < opt.warmup + opt.iters; ++it)
+        for (int which = 0; which < 2; ++which) {
+          MPI_Barrier(ctl);
+          const double t0 = MPI_Wtime();
+          which ? run_raw() : run_strata();
+          double dt = MPI_Wtime() - t0;
+          MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, ctl);
+          if (it >= opt.warmup) (which ? t_raw : t_strata).push_back(dt);
+        }
+      const double ts = median(t_strata), tr = median(t_raw);
+      const double size = static_cast<double>(count * sizeof(float));
+      const double f = bus_factor(o, p);
+      const double ratio = tr / ts;  // = busbw(strata) / busbw(raw)
+      if (bytes >= (std::size_t{1} << 20)) big_ratios.push_back(ratio);
+      if (me == 0)
+        std::printf("  %12zu %11zu | %10.1f %9.3f %9.3f | %10.1f %9.3f %9.3f | %6.3f\n", count * sizeof(float), count,
+                    ts * 1e6, size / ts * 1e-9, size / ts * 1e-9 * f, tr * 1e6, size / tr * 1e-9, size / tr * 1e-9 * f,
+                    ratio);
+    }
+    if (me == 0 && !big_ratios.empty())
+      std::printf("# %s: median busbw ratio strata/raw for sizes >= 1 MiB: %.3f\n", name_of(o), median(big_ratios));
+  }
+  MPI_Comm_free(&raw);
+  MPI_Comm_free(&ctl);
+  return 0;
+}
