@@ -1,0 +1,263 @@
+// A TCP rendezvous in the torchrun convention (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
+// LOCAL_RANK): rank 0 listens and hands every other rank the same bytes (the ncclUniqueId).
+#pragma once
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../../core/error.hpp"
+#include "lane.hpp"
+#include "rendezvous_socket.hpp"
+
+namespace strata::detail {
+
+struct rendezvous_config {
+  std::string master_addr;
+  int master_port = 0;
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::chrono::duration<double> timeout{300.0};
+
+  // Reads the launcher's variables (LOCAL_RANK defaults to 0); the time-out is
+  // STRATA_COMM_TIMEOUT's. A missing or malformed variable is a config_error naming it.
+  static rendezvous_config from_env() {
+    rendezvous_config c;
+    const char* addr = std::getenv("MASTER_ADDR");
+    expects<config_error>(addr && *addr,
+                          "NCCL bootstrap without MPI: MASTER_ADDR is not set; set it to rank 0's host name or "
+                          "address (torchrun, Slurm and Kubernetes launchers set MASTER_ADDR, MASTER_PORT, RANK, "
+                          "WORLD_SIZE and LOCAL_RANK)");
+    c.master_addr = addr;
+    c.master_port = env_number("MASTER_PORT", true, 1, 65535);
+    c.world_size = env_number("WORLD_SIZE", true, 1, 1 << 24);
+    c.rank = env_number("RANK", true, 0, c.world_size - 1);
+    c.local_rank = env_number("LOCAL_RANK", false, 0, 1 << 24);
+    c.timeout = default_comm_timeout();
+    return c;
+  }
+
+ private:
+  static int env_number(const char* name, bool required, long lo, long hi) {
+    const char* s = std::getenv(name);
+    if (!s || !*s) {
+      expects<config_error>(!required, [&] { return cat("NCCL bootstrap without MPI: ", name, " is not set"); });
+      return 0;
+    }
+    char* end = nullptr;
+    const long v = std::strtol(s, &end, 10);
+    expects<config_error>(*end == '\0' && v >= lo && v <= hi, [&] {
+      return cat("NCCL bootstrap without MPI: ", name, "=\"", s, "\" is not an integer in [", lo, ", ", hi, "]");
+    });
+    return static_cast<int>(v);
+  }
+};
+
+namespace rendezvous_wire {
+inline constexpr std::uint32_t magic = 0x53545241u;  // "STRA"
+inline constexpr std::uint32_t version = 1;
+inline constexpr std::uint32_t ok = 0, rejected = 1;
+
+inline void put32(unsigned char* p, std::uint32_t v) {
+  for (int i = 3; i >= 0; --i, v >>= 8) p[i] = static_cast<unsigned char>(v & 0xffu);
+}
+inline std::uint32_t get32(const unsigned char* p) {
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
+}
+}  // namespace rendezvous_wire
+
+// Rank 0's side. Binds at construction (port 0 picks a free port, see port()), so the
+// other ranks may start connecting before serve() is called.
+class rendezvous_server {
+ public:
+  // host empty: every local address (IPv6 and IPv4 where the system allows both).
+  explicit rendezvous_server(int port, const std::string& host = "") {
+    std::string last = "no address to bind";
+    addr_list addrs(host, port, true);
+    // Prefer an IPv6 socket that also takes IPv4 clients; fall back to whatever binds.
+    std::vector<addrinfo*> order;
+    for (addrinfo* a = addrs.head; a; a = a->ai_next) order.push_back(a);
+    std::stable_sort(order.begin(), order.end(),
+                     [](const addrinfo* a, const addrinfo* b) { return a->ai_family == AF_INET6 && b->ai_family != AF_INET6; });
+    for (addrinfo* a : order) {
+      socket_fd s(::socket(a->ai_family, a->ai_socktype, a->ai_protocol));
+      if (!s) {
+        last = errno_text(errno);
+        continue;
+      }
+      const int one = 1, zero = 0;
+      ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      if (a->ai_family == AF_INET6) ::setsockopt(s.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+      if (::bind(s.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(s.get(), 128) != 0) {
+        last = errno_text(errno);
+        continue;
+      }
+      set_nonblocking(s.get());
+      fd_ = std::move(s);
+      break;
+    }
+    expects<comm_error>(static_cast<bool>(fd_), [&] {
+      return cat("rendezvous: rank 0 cannot listen on port ", port, ": ", last,
+                 " (is another job using MASTER_PORT? pick a free port)");
+    });
+  }
+
+  int port() const {
+    sockaddr_storage a{};
+    socklen_t len = sizeof a;
+    if (::getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0)
+      throw comm_error(cat("rendezvous: getsockname failed: ", errno_text(errno)));
+    if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port);
+    return ntohs(reinterpret_cast<const sockaddr_in*>(&a)->sin_port);
+  }
+
+  // Waits for ranks 1 .. world_size - 1, checks that each agrees on the world size and
+  // comes once, and sends each the payload. Throws a comm_error naming the ranks that
+  // did not come within the time-out, or the rank that disagreed.
+  void serve(std::span<const std::byte> payload, int world_size, std::chrono::duration<double> timeout) {
+    using namespace rendezvous_wire;
+    const auto deadline = rendezvous_clock::now() + std::chrono::duration_cast<rendezvous_clock::duration>(timeout);
+    std::vector<bool> seen(static_cast<std::size_t>(world_size), false);
+    int missing = world_size - 1;
+    while (missing > 0) {
+      if (!wait_ready(fd_.get(), POLLIN, deadline)) {
+        std::string ranks;
+        for (int r = 1; r < world_size; ++r)
+          if (!seen[static_cast<std::size_t>(r)]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+        throw comm_error(cat("rendezvous: rank 0 (port ", port(), ") waited ", timeout.count(), " s; rank(s) ", ranks,
+                             " of ", world_size,
+                             " did not connect. Check that every rank was started with the same MASTER_ADDR, "
+                             "MASTER_PORT and WORLD_SIZE (STRATA_COMM_TIMEOUT sets the time-out)"));
+      }
+      socket_fd c(::accept(fd_.get(), nullptr, nullptr));
+      if (!c) continue;  // the client gave up between poll and accept, or EINTR
+      set_nonblocking(c.get());
+      unsigned char hello[16];
+      try {
+        recv_all(c.get(), hello, sizeof hello, deadline, "rendezvous: rank 0 reading a hello");
+      } catch (const comm_error&) {
+        continue;  // not one of ours (a port probe); the deadline still bounds the wait
+      }
+      if (get32(hello) != magic || get32(hello + 4) != version) continue;
+      const int rank = static_cast<int>(get32(hello + 8));
+      const int world = static_cast<int>(get32(hello + 12));
+      std::string problem;
+      if (world != world_size)
+        problem = cat("rank ", rank, " says WORLD_SIZE=", world, ", rank 0 has WORLD_SIZE=", world_size);
+      else if (rank <= 0 || rank >= world_size)
+        problem = cat("rank ", rank, " is not a rank in 1..", world_size - 1);
+      else if (seen[static_cast<std::size_t>(rank)])
+        problem = cat("rank ", rank, " connected twice (two processes with the same RANK?)");
+      if (!problem.empty()) {
+        reply(c.get(), rejected, problem, {}, deadline);
+        throw comm_error(cat("rendezvous: rank 0 rejected a rank: ", problem));
+      }
+      reply(c.get(), ok, {}, payload, deadline);
+      seen[static_cast<std::size_t>(rank)] = true;
+      --missing;
+    }
+  }
+
+ private:
+  static void reply(int fd, std::uint32_t status, const std::string& message, std::span<const std::byte> payload,
+                    rendezvous_clock::time_point deadline) {
+    using namespace rendezvous_wire;
+    std::vector<unsigned char> out(12 + message.size() + payload.size());
+    put32(out.data(), status);
+    put32(out.data() + 4, static_cast<std::uint32_t>(message.size()));
+    put32(out.data() + 8, static_cast<std::uint32_t>(payload.size()));
+    std::copy(message.begin(), message.end(), out.begin() + 12);
+    if (!payload.empty())
+      std::memcpy(out.data() + 12 + message.size(), payload.data(), payload.size());
+    send_all(fd, out.data(), out.size(), deadline, "rendezvous: rank 0 replying");
+  }
+
+  socket_fd fd_;
+};
+
+// Connects to rank 0 at host:port (retrying until the time-out, since rank 0 may start
+// later), introduces itself as `rank` of `world_size`, and returns rank 0's payload.
+inline std::vector<std::byte> rendezvous_fetch(const std::string& host, int port, int rank, int world_size,
+                                               std::chrono::duration<double> timeout) {
+  using namespace rendezvous_wire;
+  const auto start = rendezvous_clock::now();
+  const auto deadline = start + std::chrono::duration_cast<rendezvous_clock::duration>(timeout);
+  const std::string where = cat("rendezvous: rank ", rank, " with rank 0 at ", host, ":", port);
+  std::string last = "no attempt";
+  socket_fd s;
+  auto pause = std::chrono::milliseconds(20);
+  while (!s) {
+    try {
+      addr_list addrs(host, port, false);
+      for (addrinfo* a = addrs.head; a && !s; a = a->ai_next) {
+        socket_fd c(::socket(a->ai_family, a->ai_socktype, a->ai_protocol));
+        if (!c) {
+          last = errno_text(errno);
+          continue;
+        }
+        set_nonblocking(c.get());
+        if (::connect(c.get(), a->ai_addr, a->ai_addrlen) != 0) {
+          if (errno != EINPROGRESS) {
+            last = errno_text(errno);
+            continue;
+          }
+          const auto attempt = std::min(deadline, rendezvous_clock::now() + std::chrono::seconds(2));
+          if (!wait_ready(c.get(), POLLOUT, attempt)) {
+            last = "connection attempt timed out";
+            continue;
+          }
+          int err = 0;
+          socklen_t len = sizeof err;
+          ::getsockopt(c.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+          if (err != 0) {
+            last = errno_text(err);
+            continue;
+          }
+        }
+        s = std::move(c);
+      }
+    } catch (const comm_error& e) {
+      last = e.what();  // the name may resolve later (a pod whose DNS entry is not up yet)
+    }
+    if (s) break;
+    const auto now = rendezvous_clock::now();
+    if (now >= deadline)
+      throw comm_error(cat(where, ": could not connect within ", timeout.count(), " s (last error: ", last,
+                           "). Check that rank 0 is running and that MASTER_ADDR and MASTER_PORT point at it"));
+    std::this_thread::sleep_for(std::min<rendezvous_clock::duration>(pause, deadline - now));
+    pause = std::min(pause * 2, std::chrono::milliseconds(500));
+  }
+  unsigned char hello[16];
+  put32(hello, magic);
+  put32(hello + 4, version);
+  put32(hello + 8, static_cast<std::uint32_t>(rank));
+  put32(hello + 12, static_cast<std::uint32_t>(world_size));
+  send_all(s.get(), hello, sizeof hello, deadline, where);
+  unsigned char head[12];
+  recv_all(s.get(), head, sizeof head, deadline, where);
+  std::string message(get32(head + 4), '\0');
+  std::vector<std::byte> payload(get32(head + 8));
+  if (!message.empty()) recv_all(s.get(), message.data(), message.size(), deadline, where);
+  if (!payload.empty()) recv_all(s.get(), payload.data(), payload.size(), deadline, where);
+  expects<comm_error>(get32(head) == ok, [&] { return cat(where, ": rank 0 rejected this rank: ", message); });
+  return payload;
+}
+
+// Every rank calls this: rank 0 serves `payload` (others pass an empty span) and
+// returns it; every other rank returns the bytes rank 0 served.
+inline std::vector<std::byte> rendezvous_broadcast(const rendezvous_config& c, std::span<const std::byte> payload) {
+  if (c.rank == 0) {
+    rendezvous_server server(c.master_port);
+    server.serve(payload, c.world_size, c.timeout);
+    return {payload.begin(), payload.end()};
+  }
+  return rendezvous_fetch(c.master_addr, c.master_port, c.rank, c.world_size, c.timeout);
+}
+
+}  // namespace strata::detail

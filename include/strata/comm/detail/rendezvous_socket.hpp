@@ -1,0 +1,130 @@
+// The POSIX TCP pieces of the NCCL bootstrap's rendezvous: an owning socket, address
+// resolution, and whole-message send/receive bounded by a deadline.
+#pragma once
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "../../core/error.hpp"
+
+namespace strata::detail {
+
+using rendezvous_clock = std::chrono::steady_clock;
+
+inline std::string errno_text(int e) { return std::strerror(e); }
+
+class socket_fd {
+ public:
+  socket_fd() = default;
+  explicit socket_fd(int fd) noexcept : fd_(fd) {}
+  socket_fd(const socket_fd&) = delete;
+  socket_fd& operator=(const socket_fd&) = delete;
+  socket_fd(socket_fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  socket_fd& operator=(socket_fd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  ~socket_fd() { reset(); }
+  int get() const noexcept { return fd_; }
+  explicit operator bool() const noexcept { return fd_ >= 0; }
+  void reset() noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// Milliseconds left until `deadline` (at least 0), for poll().
+inline int ms_left(rendezvous_clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - rendezvous_clock::now()).count();
+  return left <= 0 ? 0 : left > 1'000'000'000 ? 1'000'000'000 : static_cast<int>(left);
+}
+
+// Waits until fd is ready for `events`; false at the deadline.
+inline bool wait_ready(int fd, short events, rendezvous_clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int r = ::poll(&p, 1, ms_left(deadline));
+    if (r > 0) return true;
+    if (r == 0) return false;
+    if (errno != EINTR) throw comm_error(cat("rendezvous: poll failed: ", errno_text(errno)));
+  }
+}
+
+// Writes all of [data, data + n) before the deadline. `what` names the exchange in errors.
+inline void send_all(int fd, const void* data, std::size_t n, rendezvous_clock::time_point deadline,
+                     const std::string& what) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  while (n > 0) {
+    if (!wait_ready(fd, POLLOUT, deadline)) throw comm_error(cat(what, ": timed out while sending"));
+    const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      throw comm_error(cat(what, ": send failed: ", errno_text(errno)));
+    }
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+// Reads exactly n bytes before the deadline; a peer that closes early is an error.
+inline void recv_all(int fd, void* data, std::size_t n, rendezvous_clock::time_point deadline,
+                     const std::string& what) {
+  auto* p = static_cast<unsigned char*>(data);
+  while (n > 0) {
+    if (!wait_ready(fd, POLLIN, deadline)) throw comm_error(cat(what, ": timed out while receiving"));
+    const ssize_t r = ::recv(fd, p, n, 0);
+    if (r == 0) throw comm_error(cat(what, ": the peer closed the connection"));
+    if (r < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      throw comm_error(cat(what, ": receive failed: ", errno_text(errno)));
+    }
+    p += r;
+    n -= static_cast<std::size_t>(r);
+  }
+}
+
+inline void set_nonblocking(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL, 0);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
+    throw comm_error(cat("rendezvous: fcntl(O_NONBLOCK) failed: ", errno_text(errno)));
+}
+
+// getaddrinfo for a TCP endpoint; host may be empty for "any local address" (passive).
+struct addr_list {
+  addrinfo* head = nullptr;
+  addr_list(const std::string& host, int port, bool passive) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = passive ? AI_PASSIVE : 0;
+    const std::string service = std::to_string(port);
+    const int r = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &head);
+    if (r != 0)
+      throw comm_error(cat("rendezvous: cannot resolve \"", host, "\" (MASTER_ADDR): ", ::gai_strerror(r)));
+  }
+  addr_list(const addr_list&) = delete;
+  addr_list& operator=(const addr_list&) = delete;
+  ~addr_list() {
+    if (head) ::freeaddrinfo(head);
+  }
+};
+
+}  // namespace strata::detail

@@ -1,0 +1,201 @@
+// The TCP rendezvous behind the NCCL bootstrap without MPI, run between threads on
+// 127.0.0.1: every rank gets rank 0's bytes, and a missing or misconfigured rank is a
+// comm_error that says which and why, within the time-out.
+#include <chrono>
+#include <cstddef>
+#include <cstdlib>
+#include <exception>
+#include <random>
+#include <string>
+#include <strata/comm/detail/rendezvous.hpp>
+#include <thread>
+#include <vector>
+
+#include "catch.hpp"
+
+using namespace std::chrono_literals;
+using strata::detail::rendezvous_broadcast;
+using strata::detail::rendezvous_config;
+using strata::detail::rendezvous_fetch;
+using strata::detail::rendezvous_server;
+
+namespace {
+
+std::vector<std::byte> random_bytes(std::size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::vector<std::byte> v(n);
+  for (auto& b : v) b = static_cast<std::byte>(gen() & 0xffu);
+  return v;
+}
+
+// A port that was free a moment ago (the kernel hands out ephemeral ports in turn, so
+// it is not handed out again at once).
+int free_port() { return rendezvous_server(0, "127.0.0.1").port(); }
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const strata::comm_error& e) {
+    return e.what();
+  }
+  return "(no comm_error)";
+}
+
+struct env_var {
+  std::string name;
+  env_var(std::string n, const char* value) : name(std::move(n)) {
+    if (value) ::setenv(name.c_str(), value, 1);
+    else ::unsetenv(name.c_str());
+  }
+  ~env_var() { ::unsetenv(name.c_str()); }
+};
+
+}  // namespace
+
+TEST_CASE("every rank receives rank 0's bytes") {
+  const int world = 4;
+  const auto payload = random_bytes(128, 1);  // the size of an ncclUniqueId
+  rendezvous_server server(0, "127.0.0.1");
+  std::vector<std::vector<std::byte>> got(world);
+  std::vector<std::exception_ptr> errors(world);
+  std::vector<std::thread> ranks;
+  for (int r = 1; r < world; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        got[r] = rendezvous_fetch("127.0.0.1", server.port(), r, world, 20s);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  server.serve(payload, world, 20s);
+  for (auto& t : ranks) t.join();
+  for (int r = 1; r < world; ++r) {
+    INFO("rank " << r);
+    CHECK_FALSE(errors[r]);
+    CHECK(got[r] == payload);
+  }
+}
+
+TEST_CASE("ranks that start before rank 0 retry until it listens") {
+  const int world = 3;
+  const int port = free_port();
+  const auto payload = random_bytes(64, 2);
+  std::vector<std::vector<std::byte>> got(world);
+  std::vector<std::exception_ptr> errors(world);
+  std::vector<std::thread> ranks;
+  for (int r = 1; r < world; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        rendezvous_config c{"127.0.0.1", port, r, world, r, 20s};
+        got[r] = rendezvous_broadcast(c, {});
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  std::this_thread::sleep_for(300ms);
+  rendezvous_config c0{"127.0.0.1", port, 0, world, 0, 20s};
+  CHECK(rendezvous_broadcast(c0, payload) == payload);
+  for (auto& t : ranks) t.join();
+  for (int r = 1; r < world; ++r) {
+    CHECK_FALSE(errors[r]);
+    CHECK(got[r] == payload);
+  }
+}
+
+TEST_CASE("a rank times out with a clear error when rank 0 is absent") {
+  const int port = free_port();
+  const auto start = std::chrono::steady_clock::now();
+  const std::string msg = error_of([&] { rendezvous_fetch("127.0.0.1", port, 1, 2, 500ms); });
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK(msg.find("rank 1 with rank 0 at 127.0.0.1:" + std::to_string(port) + ": could not connect within 0.5 s") !=
+        std::string::npos);
+  CHECK(msg.find("MASTER_ADDR and MASTER_PORT") != std::string::npos);
+  CHECK(took >= 400ms);
+  CHECK(took < 5s);
+}
+
+TEST_CASE("rank 0 times out naming the ranks that never came") {
+  const int world = 4;
+  rendezvous_server server(0, "127.0.0.1");
+  std::exception_ptr error;
+  std::thread rank1([&] {
+    try {
+      rendezvous_fetch("127.0.0.1", server.port(), 1, world, 20s);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  const std::string msg = error_of([&] { server.serve(random_bytes(8, 3), world, 1s); });
+  rank1.join();
+  CHECK_FALSE(error);  // rank 1 was served before rank 0 gave up
+  CHECK(msg.find("rank(s) 2, 3 of 4 did not connect") != std::string::npos);
+}
+
+TEST_CASE("a rank with another WORLD_SIZE is rejected on both sides") {
+  rendezvous_server server(0, "127.0.0.1");
+  std::string client_msg;
+  std::thread rank1([&] { client_msg = error_of([&] { rendezvous_fetch("127.0.0.1", server.port(), 1, 3, 20s); }); });
+  const std::string server_msg = error_of([&] { server.serve(random_bytes(8, 4), 2, 20s); });
+  rank1.join();
+  CHECK(server_msg.find("rank 1 says WORLD_SIZE=3, rank 0 has WORLD_SIZE=2") != std::string::npos);
+  CHECK(client_msg.find("rank 0 rejected this rank: rank 1 says WORLD_SIZE=3") != std::string::npos);
+}
+
+TEST_CASE("two processes with the same RANK are rejected") {
+  rendezvous_server server(0, "127.0.0.1");
+  std::string first, second;
+  std::thread a([&] { first = error_of([&] { rendezvous_fetch("127.0.0.1", server.port(), 1, 3, 20s); }); });
+  std::thread b([&] {
+    std::this_thread::sleep_for(300ms);  // queue behind the first rank 1 (accept is FIFO)
+    second = error_of([&] { rendezvous_fetch("127.0.0.1", server.port(), 1, 3, 20s); });
+  });
+  const std::string server_msg = error_of([&] { server.serve(random_bytes(8, 5), 3, 20s); });
+  a.join();
+  b.join();
+  CHECK(first == "(no comm_error)");  // the first rank 1 was served
+  CHECK(server_msg.find("rank 1 connected twice") != std::string::npos);
+  CHECK(second.find("rank 0 rejected this rank: rank 1 connected twice") != std::string::npos);
+}
+
+TEST_CASE("the launcher's variables are read and checked") {
+  SECTION("all set") {
+    env_var a("MASTER_ADDR", "node-0"), p("MASTER_PORT", "29500"), r("RANK", "3"), w("WORLD_SIZE", "8"),
+        l("LOCAL_RANK", "1");
+    const auto c = rendezvous_config::from_env();
+    CHECK(c.master_addr == "node-0");
+    CHECK(c.master_port == 29500);
+    CHECK(c.rank == 3);
+    CHECK(c.world_size == 8);
+    CHECK(c.local_rank == 1);
+  }
+  SECTION("LOCAL_RANK defaults to 0") {
+    env_var a("MASTER_ADDR", "node-0"), p("MASTER_PORT", "29500"), r("RANK", "0"), w("WORLD_SIZE", "1"),
+        l("LOCAL_RANK", nullptr);
+    CHECK(rendezvous_config::from_env().local_rank == 0);
+  }
+  auto config_error_of = [] {
+    try {
+      rendezvous_config::from_env();
+    } catch (const strata::config_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no config_error)");
+  };
+  SECTION("MASTER_ADDR missing") {
+    env_var a("MASTER_ADDR", nullptr), p("MASTER_PORT", "29500"), r("RANK", "0"), w("WORLD_SIZE", "1");
+    CHECK(config_error_of().find("MASTER_ADDR is not set") != std::string::npos);
+  }
+  SECTION("a port that is not a port") {
+    env_var a("MASTER_ADDR", "h"), p("MASTER_PORT", "70000"), r("RANK", "0"), w("WORLD_SIZE", "1");
+    CHECK(config_error_of().find("MASTER_PORT=\"70000\" is not an integer in [1, 65535]") != std::string::npos);
+  }
+  SECTION("a rank outside the world") {
+    env_var a("MASTER_ADDR", "h"), p("MASTER_PORT", "1234"), r("RANK", "2"), w("WORLD_SIZE", "2");
+    CHECK(config_error_of().find("RANK=\"2\" is not an integer in [0, 1]") != std::string::npos);
+  }
+  SECTION("WORLD_SIZE missing") {
+    env_var a("MASTER_ADDR", "h"), p("MASTER_PORT", "1234"), r("RANK", "0"), w("WORLD_SIZE", nullptr);
+    CHECK(config_error_of().find("WORLD_SIZE is not set") != std::string::npos);
+  }
+}
