@@ -1,0 +1,220 @@
+// The decoder-only transformer of examples/gpt (GPT-2's shape, pre-norm blocks, untied
+// head) with its layers split over tensor-parallel ranks, and a deterministic synthetic
+// token stream from a fixed random Markov chain for it to learn.
+#pragma once
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include <strata/nn/attention.hpp>
+#include <strata/nn/gelu.hpp>
+#include <strata/nn/layer_norm.hpp>
+#include <strata/nn/position_embedding.hpp>
+#include <strata/parallel/tensor_parallel.hpp>
+#include <strata/train/batch.hpp>
+#include <strata/train/init.hpp>
+
+namespace gpt {
+
+struct config {
+  int vocab = 64, seq = 16, dim = 32, heads = 4, layers = 2;
+};
+
+namespace detail {
+// a += b, elementwise over equal shapes: the residual connections.
+inline void add_into(strata::tensor<float>& a, const strata::tensor<float>& b) {
+  float* ap = a.data();
+  const float* bp = b.data();
+  strata::nn::detail::elementwise(static_cast<std::int64_t>(a.numel()), [=](std::int64_t i) { ap[i] += bp[i]; });
+}
+}  // namespace detail
+
+// ids [B, S] -> token embedding + position embedding [B, S, D]. The token table is split
+// by vocabulary over the tensor ranks; the position table is replicated.
+struct embedding_layer {
+  strata::parallel::vocab_parallel_embedding token;
+  strata::nn::position_embedding position;
+
+  struct cache {
+    strata::parallel::vocab_parallel_embedding::cache token;
+    strata::nn::position_embedding::cache position;
+    strata::tensor<float> tok, dtok;
+  };
+  template <class Ctx>
+  void forward(Ctx& ctx, const strata::tensor<float>& ids, strata::tensor<float>& y, cache& c) const {
+    token.forward(ctx, ids, c.tok, c.token);
+    position.forward(ctx, c.tok, y, c.position);
+  }
+  template <class Ctx>
+  void backward(Ctx& ctx, const strata::tensor<float>& dy, strata::tensor<float>& dx, cache& c) {
+    position.backward(ctx, dy, c.dtok, c.position);
+    token.backward(ctx, c.dtok, dx, c.token);
+  }
+};
+
+// x + attn(ln1(x)), then + fc2(gelu(fc1(ln2(.)))): each branch is column- then
+// row-parallel, so a block costs one all-reduce per branch forward and one backward.
+struct block {
+  strata::nn::layer_norm ln1;
+  strata::nn::causal_self_attention attn;
+  strata::nn::layer_norm ln2;
+  strata::parallel::column_parallel_linear fc1;  // [4D/T, D]
+  strata::nn::gelu act;
+  strata::parallel::row_parallel_linear fc2;  // [D, 4D/T]
+
+  struct cache {
+    strata::nn::layer_norm::cache ln1, ln2;
+    strata::nn::causal_self_attention::cache attn;
+    strata::parallel::column_parallel_linear::cache fc1;
+    strata::nn::gelu::cache act;
+    strata::parallel::row_parallel_linear::cache fc2;
+    strata::tensor<float> h1, x1, h2, u, g;   // forward intermediates
+    strata::tensor<float> dg, du, dh2, dx1, dh1;  // their gradients
+  };
+  template <class Ctx>
+  void forward(Ctx& ctx, const strata::tensor<float>& x, strata::tensor<float>& y, cache& c) const {
+    ln1.forward(ctx, x, c.h1, c.ln1);
+    attn.forward(ctx, c.h1, c.x1, c.attn);
+    detail::add_into(c.x1, x);
+    ln2.forward(ctx, c.x1, c.h2, c.ln2);
+    fc1.forward(ctx, c.h2, c.u, c.fc1);
+    act.forward(ctx, c.u, c.g, c.act);
+    fc2.forward(ctx, c.g, y, c.fc2);
+    detail::add_into(y, c.x1);
+  }
+  template <class Ctx>
+  void backward(Ctx& ctx, const strata::tensor<float>& dy, strata::tensor<float>& dx, cache& c) {
+    fc2.backward(ctx, dy, c.dg, c.fc2);
+    act.backward(ctx, c.dg, c.du, c.act);
+    fc1.backward(ctx, c.du, c.dh2, c.fc1);
+    ln2.backward(ctx, c.dh2, c.dx1, c.ln2);
+    detail::add_into(c.dx1, dy);
+    attn.backward(ctx, c.dx1, c.dh1, c.attn);
+    ln1.backward(ctx, c.dh1, dx, c.ln1);
+    detail::add_into(dx, c.dx1);
+  }
+};
+
+// Fields in forward order; the last is the loss (one value: the micro-batch's mean).
+struct model {
+  embedding_layer embed;
+  std::vector<block> blocks;
+  strata::nn::layer_norm ln_f;
+  strata::parallel::column_parallel_linear head;  // [V/T, D], no bias: logits split by vocabulary
+  strata::parallel::vocab_parallel_cross_entropy loss;
+};
+
+// GPT-2's initialisation: N(0, 0.02) for matrices, N(0, 0.01) for positions, and the
+// projections that write into the residual stream scaled down by sqrt(2 L) so that its
+// variance does not grow with depth. Sizes that do not divide over tp_size ranks
+// (vocab, heads, MLP width) are config_errors naming the numbers.
+inline model make_model(const config& cfg, int tp_rank = 0, int tp_size = 1) {
+  namespace sp = strata::parallel;
+  namespace sn = strata::nn;
+  strata::expects<strata::config_error>(
+      cfg.vocab > 0 && cfg.seq > 0 && cfg.dim > 0 && cfg.heads > 0 && cfg.layers > 0,
+      strata::detail::cat("gpt::make_model: vocab ", cfg.vocab, ", seq ", cfg.seq, ", dim ", cfg.dim, ", heads ",
+                          cfg.heads, ", layers ", cfg.layers, " must all be positive"));
+  const auto normal = strata::init_spec::normal(0.02f);
+  const auto residual = strata::init_spec::normal(0.02f / std::sqrt(2.0f * static_cast<float>(cfg.layers)));
+  model m;
+  m.embed.token = sp::make_vocab_parallel_embedding(cfg.vocab, cfg.dim, tp_rank, tp_size, 0.02f);
+  m.embed.position = sn::make_position_embedding(cfg.seq, cfg.dim, 0.01f);
+  for (int l = 0; l < cfg.layers; ++l) {
+    block b{sn::make_layer_norm(cfg.dim),
+            sn::make_causal_self_attention(cfg.dim, cfg.heads, tp_rank, tp_size),
+            sn::make_layer_norm(cfg.dim),
+            sp::make_column_parallel_linear(cfg.dim, 4 * cfg.dim, tp_rank, tp_size),
+            sn::gelu{sn::gelu_approximation::tanh},
+            sp::make_row_parallel_linear(4 * cfg.dim, cfg.dim, tp_rank, tp_size)};
+    b.attn.qkv.weight.init = normal;
+    b.attn.proj.weight.init = residual;
+    b.fc1.weight.init = normal;
+    b.fc2.weight.init = residual;
+    m.blocks.push_back(std::move(b));
+  }
+  m.ln_f = sn::make_layer_norm(cfg.dim);
+  m.head = sp::make_column_parallel_linear(cfg.dim, cfg.vocab, tp_rank, tp_size, false, false);
+  m.head.weight.init = normal;
+  m.loss = sp::make_vocab_parallel_cross_entropy(cfg.vocab, tp_rank, tp_size);
+  return m;
+}
+
+// Row r of the stream is seq + 1 tokens of a fixed random Markov chain: the first drawn
+// uniformly, each next one among 4 successors of the current token with probabilities
+// 0.6, 0.25, 0.1, 0.05. Inputs are tokens 0..seq-1, targets tokens 1..seq. Everything is
+// a function of (seed, row): any rank can produce any rows, for any process layout.
+class synthetic_tokens {
+ public:
+  static constexpr int fan_out = 4;
+  static constexpr std::array<double, fan_out> probability{0.6, 0.25, 0.1, 0.05};
+
+  synthetic_tokens(const config& cfg, std::uint64_t seed)
+      : vocab_(cfg.vocab), seq_(cfg.seq), seed_(seed), next_(static_cast<std::size_t>(cfg.vocab) * fan_out) {
+    strata::expects<strata::config_error>(cfg.vocab > 0 && cfg.seq > 0,
+                                          strata::detail::cat("gpt::synthetic_tokens: vocab ", cfg.vocab, " and seq ",
+                                                              cfg.seq, " must be positive"));
+    const auto key = strata::detail::init_key(seed, "markov_chain");
+    for (std::size_t i = 0; i < next_.size(); ++i)
+      next_[i] = static_cast<int>(strata::detail::splitmix64(key ^ strata::detail::splitmix64(i)) %
+                                  static_cast<std::uint64_t>(vocab_));
+  }
+
+  // Rows [first_row, first_row + rows) into b: inputs and targets [rows, seq], ids as floats.
+  void fill(std::uint64_t first_row, std::int64_t rows, strata::batch<>& b) const {
+    b.inputs.resize({rows, seq_});
+    b.targets.resize({rows, seq_});
+    const auto key = strata::detail::init_key(seed_, "token_stream");
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::uint64_t row = first_row + static_cast<std::uint64_t>(r);
+      const auto draw = [&](int pos) {
+        return strata::detail::unit_open(
+            strata::detail::splitmix64(key ^ strata::detail::splitmix64(row * static_cast<std::uint64_t>(seq_ + 1) + pos)));
+      };
+      int tok = static_cast<int>(draw(0) * vocab_) % vocab_;
+      for (int s = 0; s < seq_; ++s) {
+        b.inputs[r * seq_ + s] = static_cast<float>(tok);
+        tok = successor(tok, draw(s + 1));
+        b.targets[r * seq_ + s] = static_cast<float>(tok);
+      }
+    }
+  }
+
+  // The entropy (nats) of the next token given the current one, averaged uniformly over
+  // current tokens: about the loss a model that has learnt the chain reaches (the
+  // stream's own token frequencies differ a little from uniform). Duplicate successors
+  // merge their probability, so it is at most the 1.09 of four distinct ones.
+  double entropy() const {
+    double total = 0.0;
+    for (int a = 0; a < vocab_; ++a) {
+      for (int k = 0; k < fan_out; ++k) {
+        double p = 0.0;
+        bool first = true;
+        for (int j = 0; j < fan_out; ++j) {
+          if (next_[a * fan_out + j] != next_[a * fan_out + k]) continue;
+          if (j < k) first = false;
+          p += probability[j];
+        }
+        if (first) total -= p * std::log(p);
+      }
+    }
+    return total / vocab_;
+  }
+
+ private:
+  int successor(int tok, double u) const {
+    double c = 0.0;
+    for (int k = 0; k < fan_out - 1; ++k) {
+      c += probability[k];
+      if (u < c) return next_[tok * fan_out + k];
+    }
+    return next_[tok * fan_out + fan_out - 1];
+  }
+
+  int vocab_, seq_;
+  std::uint64_t seed_;
+  std::vector<int> next_;  // [vocab, fan_out]: the successors of each token
+};
+
+}  // namespace gpt

@@ -1,0 +1,85 @@
+// What tensor-parallel layers share: the tp_context concept, the check that a layer built
+// for T ranks runs on a tensor communicator of T ranks, and the slice arithmetic.
+#pragma once
+#include <cstdint>
+#include <source_location>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "../../comm/communicator.hpp"
+#include "../../comm/reduce_op.hpp"
+#include "../../comm/request.hpp"
+#include "../../core/error.hpp"
+#include "../../nn/detail/loops.hpp"
+
+namespace strata {
+
+// A context whose tp() is the tensor-parallel communicator of this rank (the ranks that
+// hold the other slices of the same layers).
+template <class Ctx>
+concept tp_context = requires(Ctx& ctx) {
+  requires std::is_lvalue_reference_v<decltype(ctx.tp())>;
+  requires communicator<std::remove_cvref_t<decltype(ctx.tp())>>;
+};
+
+namespace detail {
+
+// The rank's slice of `total` items over `size` ranks; a layer that does not divide its
+// items evenly is refused at construction (Megatron pads the vocab instead; we make the
+// user choose).
+struct tp_slice {
+  int rank = 0, size = 1;
+  std::int64_t per_rank = 0;
+  std::int64_t begin() const noexcept { return per_rank * rank; }
+};
+
+inline tp_slice make_tp_slice(std::string_view what, std::int64_t total, std::string_view items, int rank,
+                              int size) {
+  expects<config_error>(size > 0 && rank >= 0 && rank < size,
+                        cat(what, ": tensor-parallel rank ", rank, " is not in [0, ", size, ")"));
+  expects<config_error>(total > 0, cat(what, ": ", total, " ", items, " (must be positive)"));
+  expects<config_error>(total % size == 0, cat(what, ": ", total, " ", items, " do not divide over ", size,
+                                                " tensor-parallel ranks"));
+  return {rank, size, total / size};
+}
+
+// Called at the top of every forward/backward: a layer that holds 1/T of a tensor must
+// run with T ranks in ctx.tp(). A whole layer (T = 1) runs with any context that has no
+// tensor communicator, or one of size 1. Returns whether collectives are needed.
+template <class Ctx>
+bool tp_active(Ctx& ctx, int tp_size, std::string_view kind, const std::string& owner,
+               const std::source_location loc = std::source_location::current()) {
+  if constexpr (tp_context<Ctx>) {
+    const int have = ctx.tp().size();
+    if (have != tp_size) [[unlikely]]
+      nn::detail::fail(cat(nn::detail::label(kind, owner), ": built for ", tp_size,
+                           " tensor-parallel ranks, but the context's tensor communicator has ", have),
+                       loc);
+  } else if (tp_size != 1) [[unlikely]] {
+    nn::detail::fail(cat(nn::detail::label(kind, owner), ": built for ", tp_size,
+                         " tensor-parallel ranks, but the context has no tensor communicator (ctx.tp())"),
+                     loc);
+  }
+  return tp_size > 1;
+}
+
+// Collectives over ctx.tp(), only reached after tp_active() returned true (so a context
+// without tp() never gets here at run time, and these compile for it as no-ops).
+template <class Ctx, class T>
+void tp_all_reduce(Ctx& ctx, std::span<T> data, reduce_op op = reduce_op::sum) {
+  if constexpr (tp_context<Ctx>) ctx.tp().all_reduce(data, op);
+}
+template <class Ctx, class T>
+request tp_all_reduce_async(Ctx& ctx, std::span<T> data, reduce_op op = reduce_op::sum) {
+  if constexpr (tp_context<Ctx>) return ctx.tp().all_reduce_async(data, op);
+  else return request{};
+}
+template <class Ctx>
+void tp_all_gather(Ctx& ctx, std::span<const float> in, std::span<float> out) {
+  if constexpr (tp_context<Ctx>) ctx.tp().all_gather(in, out);
+}
+
+}  // namespace detail
+}  // namespace strata
