@@ -17,7 +17,8 @@ struct run_config {
   long steps = 20;
   long batch = 64;  // global batch: rows per step over all ranks
   std::uint64_t seed = 1;
-  std::string report;
+  std::string report, save, load;
+  long save_every = 0;
   bool quiet = false;
 };
 
@@ -35,11 +36,22 @@ int run(strata::environment& env, const run_config& rc, const strata::trainer_op
   strata::batch<> b;
   strata::step_stats last;
   std::vector<float> losses;
-  for (long s = 0; s < rc.steps; ++s) {
+  long first = 0;
+  if (!rc.load.empty()) {
+    // --steps counts from step 0: a step-10 checkpoint with --steps 20 runs 10 more.
+    tr.load(rc.load);
+    first = tr.steps_done();
+    if (rank == 0) std::printf("resumed from step %ld of %s\n", first, rc.load.c_str());
+  }
+  for (long s = first; s < rc.steps; ++s) {
+    // The data position is the step: sample rows are a function of (seed, row index).
     data.fill(static_cast<std::uint64_t>(s * rc.batch + rank * local), local, b);
     last = tr.step(b);
     losses.push_back(last.loss);
     if (rank == 0 && !rc.quiet) std::printf("%s\n", strata::progress_line(last, rc.steps).c_str());
+    const bool periodic = rc.save_every > 0 && (s + 1) % rc.save_every == 0;
+    if (!rc.save.empty() && (periodic || s + 1 == rc.steps))
+      tr.save(rc.save, {{"data_position", (s + 1) * rc.batch}});
   }
   const auto master = tr.gather_master();
   const std::string hash = strata::hex64(strata::weights_hash(master));
@@ -80,6 +92,9 @@ int main(int argc, char** argv) {
     rc.seed = static_cast<std::uint64_t>(a.integer("seed", 1));
     rc.report = a.str("report", "");
     rc.quiet = a.flag("quiet");
+    rc.save = a.str("save", "");
+    rc.load = a.str("load", "");
+    rc.save_every = a.integer("save-every", 0);
     rc.shape.features = static_cast<int>(a.integer("features", 32));
     rc.shape.hidden = static_cast<int>(a.integer("hidden", 64));
     rc.shape.layers = static_cast<int>(a.integer("layers", 3));

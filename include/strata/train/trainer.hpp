@@ -13,6 +13,7 @@
 #include "../comm/grid.hpp"
 #include "../core/dtype.hpp"
 #include "../core/error.hpp"
+#include "../io/checkpoint.hpp"
 #include "../kernels/reduce.hpp"
 #include "../model/concepts.hpp"
 #include "../model/layout.hpp"
@@ -149,6 +150,44 @@ class trainer {
     return out;
   }
 
+  // Writes a checkpoint of the current step under dir (collective); `extra` is kept
+  // verbatim (a data position, say) and returned by load().
+  void save(const std::filesystem::path& dir, nlohmann::json extra = nlohmann::json::object(),
+            const checkpoint_options& o = {}) {
+    auto st = checkpoint_view();
+    st.extra = std::move(extra);
+    save_checkpoint(dp_, st, dir, o);
+  }
+
+  // Loads a checkpoint saved at any data-parallel size and stage; training continues
+  // from its step exactly as the saved run would have (collective).
+  nlohmann::json load(const std::filesystem::path& dir) {
+    auto st = checkpoint_view();
+    load_checkpoint(dp_, st, dir);
+    step_ = st.step;
+    skipped_ = st.skipped;
+    scaler_.restore(st.scaler);
+    refresh_params_from_master();
+    if constexpr (stage == 3) live_[0].valid = live_[1].valid = false;
+    return st.extra;
+  }
+
+  // The mean loss of a batch under the current weights, without training (collective).
+  float evaluate(const batch<Space>& b) {
+    const int K = opts_.micro_batches;
+    double loss_sum = 0;
+    for (int k = 0; k < K; ++k) {
+      slice_rows(b.inputs, k, K, acts_[0]);
+      slice_rows(b.targets, k, K, mb_targets_);
+      ctx_.set_targets(&mb_targets_);
+      forward_pass();
+      loss_sum += acts_.back()[0];
+    }
+    float loss = static_cast<float>(loss_sum / K);
+    dp_.all_reduce(std::span<float>(&loss, 1), reduce_op::avg);
+    return loss;
+  }
+
   memory_report memory() const { return state_.report(plan_, stage, Sharding::offload, acts_bytes()); }
   const flat_layout& layout() const noexcept { return layout_; }
   const bucket_plan& plan() const noexcept { return plan_; }
@@ -160,6 +199,36 @@ class trainer {
   const trainer_options& options() const noexcept { return opts_; }
 
  private:
+  checkpoint_state checkpoint_view() {
+    checkpoint_state st;
+    for (const auto& slot : layout_.params()) {
+      st.names.push_back(slot.name);
+      st.shapes.push_back(slot.shape);
+    }
+    st.param_offset = param_offset_;
+    st.plan = &plan_;
+    st.optimizer = Optimizer::name;
+    st.precision = Precision::name;
+    st.state_slots = Optimizer::state_slots;
+    st.stage = stage;
+    st.dp_rank = dp_.rank();
+    st.dp_size = dp_.size();
+    st.replicated_master = stage == 0;
+    st.arrays[0] = state_.master.data();
+    st.arrays[1] = state_.state0.data();
+    st.arrays[2] = state_.state1.data();
+    st.owned = state_.master.size();
+    st.for_each_owned = [this](std::size_t lo, std::size_t hi,
+                               const std::function<void(std::size_t, std::size_t, std::size_t)>& f) {
+      state_.for_each_master_range(plan_, stage, lo, hi, f);
+    };
+    st.step = step_;
+    st.skipped = skipped_;
+    st.scaler = scaler_.save();
+    st.seed = opts_.seed;
+    return st;
+  }
+
   // ---- construction -----------------------------------------------------------------
   void collect_param_offsets() {
     for (const auto& slot : layout_.params()) param_offset_.push_back(plan_.to_padded(slot.offset));
