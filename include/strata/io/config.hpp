@@ -1,0 +1,394 @@
+// A DeepSpeed ds_config.json (plus a "strata" section for tensor / pipeline parallel)
+// read into a run_config, and mapped onto trainer_options, the policies and optimizers.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "../core/error.hpp"
+#include "../kernels/rounding.hpp"
+#include "../optim/adamw.hpp"
+#include "../optim/lion.hpp"
+#include "../optim/loss_scaler.hpp"
+#include "../optim/schedule.hpp"
+#include "../optim/sgd.hpp"
+#include "../train/dispatch.hpp"
+#include "../train/options.hpp"
+#include "detail/json_reader.hpp"
+
+namespace strata {
+
+// What a config file says. Defaults are DeepSpeed's where DeepSpeed has one, except
+// reduce_bucket_size, which keeps strata's (DeepSpeed's 5e8 elements would be a 2 GB
+// fp32 buffer per rank).
+//
+// "auto" (the Hugging Face Trainer's placeholder): for train_batch_size,
+// train_micro_batch_size_per_gpu and gradient_accumulation_steps it means "not given"
+// and resolve() derives it as DeepSpeed does; for reduce_bucket_size,
+// stage3_prefetch_bucket_size and stage3_param_persistence_threshold (which Trainer
+// derives from the model's hidden size, and which change speed, never results) it
+// keeps the default; anywhere else it is a config_error, since only the Trainer knows
+// the value meant.
+struct run_config {
+  // As given (nullopt = absent or "auto"); resolve() fills `batch`.
+  std::optional<long> train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps;
+  struct resolved_batch {
+    long train_batch_size = 0, micro_batch_size = 0, gradient_accumulation_steps = 0;
+    int dp_world = 0;
+  };
+  std::optional<resolved_batch> batch;
+
+  // zero_optimization
+  int zero_stage = 0;
+  bool offload_optimizer = false;  // offload_optimizer.device "cpu"
+  std::size_t reduce_bucket_size = trainer_options{}.bucket_elems;
+  std::size_t stage3_prefetch_bucket_size = 50'000'000;
+  std::size_t stage3_param_persistence_threshold = 100'000;
+  bool overlap_comm = false;  // DeepSpeed: true for stage 3 unless given
+
+  bool fp16 = false, bf16 = false;
+  loss_scaler_options loss_scaler{};
+  float gradient_clipping = 0.0f;
+
+  // optimizer: "adamw" (DeepSpeed's Adam and AdamW: decoupled weight decay, as its
+  // FusedAdam with adam_w_mode), "sgd" or "lion", with the hyperparameters of each;
+  // weight_decay defaults to 0 as in DeepSpeed's fused optimizers.
+  std::string optimizer = "adamw";
+  float lr = 1e-3f;
+  adamw adamw_params{.weight_decay = 0.0f};
+  sgd sgd_params{};
+  lion lion_params{};
+  std::string scheduler;        // "" (constant lr), WarmupLR, WarmupDecayLR, WarmupCosineLR
+  lr_schedule schedule = lr_schedule::constant(1e-3);
+
+  int steps_per_print = 10;
+
+  // "strata": {...}
+  int tensor_parallel_size = 1, pipeline_parallel_size = 1;
+  std::string pipeline_schedule = "1f1b";  // gpipe | 1f1b
+  std::uint64_t seed = 0;
+  strata::rounding rounding = strata::rounding::nearest_even;
+
+  // Keys strata read but does not use, as dotted paths, sorted.
+  std::vector<std::string> unknown_keys;
+
+  std::string precision() const { return fp16 ? "fp16" : bf16 ? "bf16" : "fp32"; }
+
+  // Completes the batch sizes for `dp_world` data-parallel ranks as DeepSpeed does (the
+  // missing one derived by integer division, a lone train_batch_size or micro batch
+  // meaning no accumulation), then requires
+  // train_batch_size == micro batch * accumulation steps * dp_world.
+  const resolved_batch& resolve(int dp_world) {
+    if (dp_world < 1) throw config_error(detail::cat("config: the data-parallel size must be >= 1, got ", dp_world));
+    const long w = dp_world;
+    const auto& tb = train_batch_size;
+    const auto& mb = train_micro_batch_size_per_gpu;
+    const auto& ga = gradient_accumulation_steps;
+    resolved_batch r;
+    r.dp_world = dp_world;
+    std::string derived;
+    if (tb && mb && ga) {
+      r = {*tb, *mb, *ga, dp_world};
+    } else if (tb && mb) {
+      r = {*tb, *mb, *tb / *mb / w, dp_world};
+      derived = "gradient_accumulation_steps";
+    } else if (tb && ga) {
+      r = {*tb, *tb / w / *ga, *ga, dp_world};
+      derived = "train_micro_batch_size_per_gpu";
+    } else if (mb && ga) {
+      r = {*mb * *ga * w, *mb, *ga, dp_world};
+    } else if (tb) {
+      r = {*tb, *tb / w, 1, dp_world};
+      derived = "train_micro_batch_size_per_gpu";
+    } else if (mb) {
+      r = {*mb * w, *mb, 1, dp_world};
+    } else {
+      throw config_error("config: train_batch_size or train_micro_batch_size_per_gpu must be given");
+    }
+    auto shown = [&](std::string_view key, long v) {
+      return derived == key ? detail::cat(key, " (derived: ", v, ")") : detail::cat(key, " (", v, ")");
+    };
+    if (r.train_batch_size != r.micro_batch_size * r.gradient_accumulation_steps * w)
+      throw config_error(detail::cat("config: train_batch_size (", r.train_batch_size, ") must equal ",
+                                     shown("train_micro_batch_size_per_gpu", r.micro_batch_size), " * ",
+                                     shown("gradient_accumulation_steps", r.gradient_accumulation_steps),
+                                     " * data-parallel size (", dp_world,
+                                     ") = ", r.micro_batch_size * r.gradient_accumulation_steps * w));
+    batch = r;
+    return *batch;
+  }
+};
+
+namespace detail {
+
+inline void read_batch(json_reader& r, run_config& c) {
+  constexpr long long big = std::numeric_limits<int>::max();
+  if (auto v = r.integer("train_batch_size", 1, big, auto_value::absent)) c.train_batch_size = *v;
+  if (auto v = r.integer("train_micro_batch_size_per_gpu", 1, big, auto_value::absent))
+    c.train_micro_batch_size_per_gpu = *v;
+  if (auto v = r.integer("gradient_accumulation_steps", 1, big, auto_value::absent))
+    c.gradient_accumulation_steps = *v;
+  if (auto v = r.number("gradient_clipping", 0.0, std::numeric_limits<float>::max(), "a number >= 0"))
+    c.gradient_clipping = static_cast<float>(*v);
+  if (auto v = r.integer("steps_per_print", 1, big)) c.steps_per_print = static_cast<int>(*v);
+}
+
+inline void read_zero(json_reader& root, run_config& c) {
+  json_reader z = child(root, "zero_optimization");
+  constexpr long long big = std::numeric_limits<long long>::max();
+  if (auto v = z.integer("stage", 0, 3)) c.zero_stage = static_cast<int>(*v);
+  if (auto v = z.boolean("cpu_offload")) c.offload_optimizer = *v;  // DeepSpeed's older spelling
+  if (z.has("offload_optimizer")) {
+    json_reader o = child(z, "offload_optimizer");
+    if (auto d = o.one_of("device", {"cpu", "none"})) c.offload_optimizer = *d == "cpu";
+  }
+  if (z.has("offload_param")) {
+    json_reader o = child(z, "offload_param");
+    if (auto d = o.one_of("device", {"cpu", "nvme", "none"}); d && *d != "none")
+      o.fail("device", cat("is \"", *d, "\": strata offloads the optimizer state (offload_optimizer), not parameters; "
+                           "use \"none\""));
+  }
+  if (auto v = z.integer("reduce_bucket_size", 1, big, auto_value::absent))
+    c.reduce_bucket_size = static_cast<std::size_t>(*v);
+  if (auto v = z.integer("stage3_prefetch_bucket_size", 0, big, auto_value::absent))
+    c.stage3_prefetch_bucket_size = static_cast<std::size_t>(*v);
+  if (auto v = z.integer("stage3_param_persistence_threshold", 0, big, auto_value::absent))
+    c.stage3_param_persistence_threshold = static_cast<std::size_t>(*v);
+  c.overlap_comm = z.boolean("overlap_comm").value_or(c.zero_stage == 3);
+  if (c.offload_optimizer && c.zero_stage == 0)
+    z.fail("offload_optimizer.device", "\"cpu\" needs zero_optimization.stage 1, 2 or 3 (got 0)");
+}
+
+inline void read_precision(json_reader& root, run_config& c) {
+  if (root.has("fp16")) {
+    json_reader f = child(root, "fp16");
+    c.fp16 = f.boolean("enabled").value_or(false);
+    auto& o = c.loss_scaler;
+    if (auto v = f.number("loss_scale", 0.0, std::numeric_limits<float>::max(), "a number >= 0 (0 = dynamic)"))
+      o.loss_scale = static_cast<float>(*v);
+    if (auto v = f.integer("initial_scale_power", 0, 126)) o.initial_scale_power = static_cast<int>(*v);
+    if (auto v = f.integer("loss_scale_window", 1, std::numeric_limits<long>::max())) o.loss_scale_window = *v;
+    if (auto v = f.integer("hysteresis", 1, std::numeric_limits<int>::max())) o.hysteresis = static_cast<int>(*v);
+    if (auto v = f.boolean("consecutive_hysteresis")) o.consecutive_hysteresis = *v;
+    if (auto v = f.number("min_loss_scale", std::numeric_limits<double>::denorm_min(),
+                          std::numeric_limits<float>::max(), "a number > 0"))
+      o.min_loss_scale = static_cast<float>(*v);
+  }
+  // DeepSpeed still reads the section under its old name "bfloat16" when "bf16" is absent.
+  const char* bf = root.has("bf16") || !root.has("bfloat16") ? "bf16" : "bfloat16";
+  if (root.has(bf)) {
+    json_reader b = child(root, bf);
+    c.bf16 = b.boolean("enabled").value_or(false);
+  }
+  if (c.fp16 && c.bf16)
+    throw config_error(cat(root.prefix(), ": fp16.enabled and ", bf, ".enabled are both true; enable one of them"));
+}
+
+// [beta1, beta2], each in [0, 1).
+inline void read_betas(json_reader& p, float& b1, float& b2) {
+  const auto* j = p.find("betas");
+  if (!j) return;
+  const char* want = "[beta1, beta2] with each in [0, 1)";
+  if (!j->is_array() || j->size() != 2 || !(*j)[0].is_number() || !(*j)[1].is_number()) p.expected("betas", want, *j);
+  const double x = (*j)[0].get<double>(), y = (*j)[1].get<double>();
+  if (!(x >= 0.0 && x < 1.0 && y >= 0.0 && y < 1.0)) p.expected("betas", want, *j);
+  b1 = static_cast<float>(x);
+  b2 = static_cast<float>(y);
+}
+
+inline void read_optimizer(json_reader& root, run_config& c) {
+  if (!root.has("optimizer")) return;
+  json_reader o = child(root, "optimizer");
+  const auto type = o.one_of("type", {"Adam", "AdamW", "SGD", "Lion"}, true);
+  if (!type) o.fail("type", "is missing (one of \"Adam\", \"AdamW\", \"SGD\", \"Lion\")");
+  json_reader p = child(o, "params");
+  constexpr double fmax = std::numeric_limits<float>::max();
+  auto nonneg = [&](std::string_view k, float& out) {
+    if (auto v = p.number(k, 0.0, fmax, "a number >= 0")) out = static_cast<float>(*v);
+  };
+  nonneg("lr", c.lr);
+  if (*type == "Adam" || *type == "AdamW") {
+    c.optimizer = "adamw";
+    auto& a = c.adamw_params;
+    read_betas(p, a.beta1, a.beta2);
+    nonneg("eps", a.eps);
+    nonneg("weight_decay", a.weight_decay);
+    if (auto v = p.boolean("bias_correction")) a.bias_correction = *v;
+    if (auto v = p.boolean("amsgrad"); v && *v) p.fail("amsgrad", "is true: strata's Adam has no AMSGrad variant");
+    if (*type == "Adam")
+      if (auto v = p.boolean("adam_w_mode"); v && !*v && a.weight_decay != 0.0f)
+        p.fail("adam_w_mode", "is false with weight_decay > 0 (Adam with L2 decay): strata implements decoupled "
+                              "decay only; use AdamW, or weight_decay 0");
+  } else if (*type == "SGD") {
+    c.optimizer = "sgd";
+    auto& s = c.sgd_params;
+    nonneg("momentum", s.momentum);
+    nonneg("dampening", s.dampening);
+    nonneg("weight_decay", s.weight_decay);
+    if (auto v = p.boolean("nesterov")) s.nesterov = *v;
+    if (s.nesterov && (s.momentum <= 0.0f || s.dampening != 0.0f))
+      p.fail("nesterov", "is true, which needs momentum > 0 and dampening 0");
+  } else {
+    c.optimizer = "lion";
+    read_betas(p, c.lion_params.beta1, c.lion_params.beta2);
+    nonneg("weight_decay", c.lion_params.weight_decay);
+  }
+}
+
+inline void read_scheduler(json_reader& root, run_config& c) {
+  if (!root.has("scheduler")) {
+    c.schedule = lr_schedule::constant(c.lr);
+    return;
+  }
+  json_reader s = child(root, "scheduler");
+  const auto type = s.one_of("type", {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"});
+  if (!type) s.fail("type", "is missing (one of \"WarmupLR\", \"WarmupDecayLR\", \"WarmupCosineLR\")");
+  c.scheduler = *type;
+  json_reader p = child(s, "params");
+  constexpr long long big = std::numeric_limits<long>::max();
+  const long warmup = static_cast<long>(p.integer("warmup_num_steps", 1, big).value_or(1000));
+  lr_schedule::warmup_curve curve = lr_schedule::warmup_curve::log;
+  if (auto w = p.one_of("warmup_type", {"log", "linear"})) curve = lr_schedule::parse_warmup_type(*w);
+  auto total = [&] {
+    auto v = p.integer("total_num_steps", 1, big);
+    if (!v) p.fail("total_num_steps", cat("is missing (", *type, " needs it)"));
+    return static_cast<long>(*v);
+  };
+  auto rate = [&](std::string_view k, double def) {
+    return p.number(k, 0.0, std::numeric_limits<float>::max(), "a number >= 0").value_or(def);
+  };
+  auto ratio = [&](std::string_view k, double def) { return p.number(k, 0.0, 1.0, "a number in [0, 1]").value_or(def); };
+  if (*type == "WarmupCosineLR") {
+    const long t = total();
+    const double min_ratio = ratio("warmup_min_ratio", 0.0), cos_ratio = ratio("cos_min_ratio", 1e-4);
+    c.schedule = lr_schedule::warmup_cosine(c.lr, t, warmup, min_ratio, cos_ratio, curve);
+    return;
+  }
+  const double lo = rate("warmup_min_lr", 0.0), hi = rate("warmup_max_lr", 1e-3);
+  c.schedule = *type == "WarmupLR" ? lr_schedule::linear_warmup(lo, hi, warmup, curve)
+                                   : lr_schedule::warmup_decay(lo, hi, warmup, total(), curve);
+}
+
+inline void read_strata(json_reader& root, run_config& c) {
+  if (!root.has("strata")) return;
+  json_reader s = child(root, "strata");
+  constexpr long long big = std::numeric_limits<int>::max();
+  if (auto v = s.integer("tensor_parallel_size", 1, big)) c.tensor_parallel_size = static_cast<int>(*v);
+  if (auto v = s.integer("pipeline_parallel_size", 1, big)) c.pipeline_parallel_size = static_cast<int>(*v);
+  if (auto v = s.one_of("pipeline_schedule", {"gpipe", "1f1b"})) c.pipeline_schedule = *v;
+  if (auto v = s.integer("seed", 0, std::numeric_limits<long long>::max())) c.seed = static_cast<std::uint64_t>(*v);
+  if (auto v = s.one_of("rounding", {"nearest_even", "stochastic"}))
+    c.rounding = *v == "stochastic" ? rounding::stochastic : rounding::nearest_even;
+}
+
+}  // namespace detail
+
+// Parses a config from JSON text; `source` begins every message (a file name, or
+// "config"). Throws config_error naming the key path and what was expected.
+inline run_config parse_config(std::string_view text, const std::string& source = "config") {
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    std::string what = e.what();
+    if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+    throw config_error(detail::cat(source, ": not valid JSON: ", what));
+  }
+  if (!root.is_object())
+    throw config_error(detail::cat(source, ": the top level must be a JSON object, got ", detail::json_reader::show(root)));
+  run_config c;
+  {
+    detail::json_reader r(root, source, "", &c.unknown_keys);
+    detail::read_batch(r, c);
+    detail::read_zero(r, c);
+    detail::read_precision(r, c);
+    detail::read_optimizer(r, c);
+    detail::read_scheduler(r, c);
+    detail::read_strata(r, c);
+  }
+  std::sort(c.unknown_keys.begin(), c.unknown_keys.end());
+  return c;
+}
+
+// Reads and parses a config file; messages begin with its path.
+inline run_config load_config(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw config_error(detail::cat(path.string(), ": cannot open the config file"));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw config_error(detail::cat(path.string(), ": cannot read the config file"));
+  return parse_config(ss.str(), path.string());
+}
+
+// One line listing the keys strata ignored, or "" when there are none.
+inline std::string unknown_keys_warning(const run_config& c) {
+  if (c.unknown_keys.empty()) return {};
+  std::string s = detail::cat("config: ignoring ", c.unknown_keys.size(), c.unknown_keys.size() == 1 ? " key" : " keys",
+                              " strata does not use: ");
+  for (std::size_t i = 0; i < c.unknown_keys.size(); ++i) s += (i ? ", " : "") + c.unknown_keys[i];
+  return s;
+}
+
+// The compile-time policy choice the config names (for strata::dispatch).
+inline runtime_policies to_runtime_policies(const run_config& c) {
+  runtime_policies p;
+  p.zero_stage = c.zero_stage;
+  p.offload = c.offload_optimizer;
+  p.precision = c.precision();
+  p.optimizer = c.optimizer;
+  return p;
+}
+
+// The trainer's runtime options; the batch sizes must be resolved first (resolve()).
+inline trainer_options to_trainer_options(const run_config& c) {
+  if (!c.batch)
+    throw config_error("config: call run_config::resolve(data-parallel size) before to_trainer_options, so that "
+                       "gradient_accumulation_steps is known");
+  trainer_options o;
+  o.lr = c.lr;
+  o.schedule = c.schedule;
+  o.max_grad_norm = c.gradient_clipping;
+  o.micro_batches = static_cast<int>(c.batch->gradient_accumulation_steps);
+  o.bucket_elems = c.reduce_bucket_size;
+  o.seed = c.seed;
+  o.loss_scaler = c.loss_scaler;
+  o.rounding = c.rounding;
+  o.validate();
+  return o;
+}
+
+// The hyperparameters of Optimizer (adamw, sgd or lion) from the config, which must
+// name that optimizer.
+template <class Optimizer>
+Optimizer to_optimizer(const run_config& c) {
+  if (c.optimizer != Optimizer::name)
+    throw config_error(detail::cat("config: optimizer is ", c.optimizer, ", not ", Optimizer::name));
+  if constexpr (std::is_same_v<Optimizer, adamw>)
+    return c.adamw_params;
+  else if constexpr (std::is_same_v<Optimizer, sgd>)
+    return c.sgd_params;
+  else if constexpr (std::is_same_v<Optimizer, lion>)
+    return c.lion_params;
+  else
+    static_assert(sizeof(Optimizer) == 0, "strata::to_optimizer: no config mapping for this optimizer");
+}
+
+// Calls f(type_tag<Sharding>, type_tag<Optimizer>, type_tag<Precision>) for the config.
+template <class F>
+decltype(auto) dispatch(const run_config& c, F&& f) {
+  return dispatch(to_runtime_policies(c), std::forward<F>(f));
+}
+
+}  // namespace strata
