@@ -5,8 +5,6 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <vector>
-
 #include <strata/nn/attention.hpp>
 #include <strata/nn/gelu.hpp>
 #include <strata/nn/layer_norm.hpp>
@@ -14,6 +12,7 @@
 #include <strata/parallel/tensor_parallel.hpp>
 #include <strata/train/batch.hpp>
 #include <strata/train/init.hpp>
+#include <vector>
 
 namespace gpt {
 
@@ -69,7 +68,7 @@ struct block {
     strata::parallel::column_parallel_linear::cache fc1;
     strata::nn::gelu::cache act;
     strata::parallel::row_parallel_linear::cache fc2;
-    strata::tensor<float> h1, x1, h2, u, g;   // forward intermediates
+    strata::tensor<float> h1, x1, h2, u, g;       // forward intermediates
     strata::tensor<float> dg, du, dh2, dx1, dh1;  // their gradients
   };
   template <class Ctx>
@@ -122,12 +121,10 @@ inline model make_model(const config& cfg, int tp_rank = 0, int tp_size = 1) {
   m.embed.token = sp::make_vocab_parallel_embedding(cfg.vocab, cfg.dim, tp_rank, tp_size, 0.02f);
   m.embed.position = sn::make_position_embedding(cfg.seq, cfg.dim, 0.01f);
   for (int l = 0; l < cfg.layers; ++l) {
-    block b{sn::make_layer_norm(cfg.dim),
-            sn::make_causal_self_attention(cfg.dim, cfg.heads, tp_rank, tp_size),
-            sn::make_layer_norm(cfg.dim),
-            sp::make_column_parallel_linear(cfg.dim, 4 * cfg.dim, tp_rank, tp_size),
-            sn::gelu{sn::gelu_approximation::tanh},
-            sp::make_row_parallel_linear(4 * cfg.dim, cfg.dim, tp_rank, tp_size)};
+    block b{
+        sn::make_layer_norm(cfg.dim),           sn::make_causal_self_attention(cfg.dim, cfg.heads, tp_rank, tp_size),
+        sn::make_layer_norm(cfg.dim),           sp::make_column_parallel_linear(cfg.dim, 4 * cfg.dim, tp_rank, tp_size),
+        sn::gelu{sn::gelu_approximation::tanh}, sp::make_row_parallel_linear(4 * cfg.dim, cfg.dim, tp_rank, tp_size)};
     b.attn.qkv.weight.init = normal;
     b.attn.proj.weight.init = residual;
     b.fc1.weight.init = normal;
@@ -152,9 +149,9 @@ class synthetic_tokens {
 
   synthetic_tokens(const config& cfg, std::uint64_t seed)
       : vocab_(cfg.vocab), seq_(cfg.seq), seed_(seed), next_(static_cast<std::size_t>(cfg.vocab) * fan_out) {
-    strata::expects<strata::config_error>(cfg.vocab > 0 && cfg.seq > 0,
-                                          strata::detail::cat("gpt::synthetic_tokens: vocab ", cfg.vocab, " and seq ",
-                                                              cfg.seq, " must be positive"));
+    strata::expects<strata::config_error>(
+        cfg.vocab > 0 && cfg.seq > 0,
+        strata::detail::cat("gpt::synthetic_tokens: vocab ", cfg.vocab, " and seq ", cfg.seq, " must be positive"));
     const auto key = strata::detail::init_key(seed, "markov_chain");
     for (std::size_t i = 0; i < next_.size(); ++i)
       next_[i] = static_cast<int>(strata::detail::splitmix64(key ^ strata::detail::splitmix64(i)) %
@@ -169,8 +166,8 @@ class synthetic_tokens {
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::uint64_t row = first_row + static_cast<std::uint64_t>(r);
       const auto draw = [&](int pos) {
-        return strata::detail::unit_open(
-            strata::detail::splitmix64(key ^ strata::detail::splitmix64(row * static_cast<std::uint64_t>(seq_ + 1) + pos)));
+        return strata::detail::unit_open(strata::detail::splitmix64(
+            key ^ strata::detail::splitmix64(row * static_cast<std::uint64_t>(seq_ + 1) + pos)));
       };
       int tok = static_cast<int>(draw(0) * vocab_) % vocab_;
       for (int s = 0; s < seq_; ++s) {

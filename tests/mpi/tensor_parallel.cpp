@@ -6,12 +6,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <random>
-#include <string>
-#include <string_view>
-#include <vector>
-
 #include <strata/comm/environment.hpp>
 #include <strata/model/reflect.hpp>
 #include <strata/nn/attention.hpp>
@@ -19,6 +16,9 @@
 #include <strata/parallel/tensor_parallel.hpp>
 #include <strata/train/init.hpp>
 #include <strata/train/layer_table.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "../../examples/gpt/model.hpp"
 #include "catch.hpp"
@@ -48,7 +48,8 @@ struct tp_ctx {
 // Tensor groups of T consecutive ranks (Megatron's layout) and each rank on its own.
 struct groups {
   world_comm tp, self;
-  groups(world_comm& world, int T) : tp(world.split(world.rank() / T, world.rank())), self(world.split(world.rank(), 0)) {}
+  groups(world_comm& world, int T)
+      : tp(world.split(world.rank() / T, world.rank())), self(world.split(world.rank(), 0)) {}
 };
 
 // Params with storage owned here: element i of a param is a function of its name and of
@@ -351,6 +352,18 @@ TEST_CASE("the gpt model at T ranks gives the loss and gradients of one process"
     s.g.tp.all_reduce(std::span<float>(&lo, 1), reduce_op::min);
     s.g.tp.all_reduce(std::span<float>(&hi, 1), reduce_op::max);
     CHECK(lo == hi);
+    // Replicated params (norms, positions, row-parallel biases) see the same all-reduced
+    // activations on every rank of the group, so their gradients are bitwise equal: a
+    // trainer may take any rank's copy instead of reducing them over the group.
+    for (auto* p : part.params) {
+      if (p->sharded() || p->numel() == 0) continue;
+      std::vector<float> all(p->numel() * T);
+      s.g.tp.all_gather(std::span<const float>(p->grads()), std::span<float>(all));
+      for (int k = 0; k < T; ++k) {
+        INFO(p->name << " on tensor rank " << k);
+        CHECK(std::memcmp(all.data() + k * p->numel(), p->grad(), p->numel() * sizeof(float)) == 0);
+      }
+    }
   }
 }
 
@@ -382,12 +395,20 @@ TEST_CASE("sizes that do not divide over the tensor ranks are config_errors nami
     }
     return "no config_error";
   };
-  CHECK_CONTAINS(message([] { sp::make_column_parallel_linear(4, 10, 0, 4); }), "column_parallel_linear: 10 output features do not divide over 4 tensor-parallel ranks");
-  CHECK_CONTAINS(message([] { sp::make_row_parallel_linear(10, 4, 1, 4); }), "row_parallel_linear: 10 input features do not divide over 4 tensor-parallel ranks");
-  CHECK_CONTAINS(message([] { sp::make_vocab_parallel_embedding(10, 4, 0, 4); }), "vocab_parallel_embedding: 10 vocabulary entries do not divide over 4 tensor-parallel ranks");
-  CHECK_CONTAINS(message([] { sp::make_vocab_parallel_cross_entropy(10, 0, 4); }), "vocab_parallel_cross_entropy: 10 vocabulary entries do not divide over 4");
-  CHECK_CONTAINS(message([] { gpt::make_model(gpt::config{16, 8, 24, 6, 1}, 0, 4); }), "attention: 6 heads do not divide over 4 tensor-parallel ranks");
-  CHECK_CONTAINS(message([] { sp::make_column_parallel_linear(4, 8, 4, 4); }), "tensor-parallel rank 4 is not in [0, 4)");
+  CHECK_CONTAINS(message([] { sp::make_column_parallel_linear(4, 10, 0, 4); }),
+                 "column_parallel_linear: 10 output features do not divide over 4 tensor-parallel ranks");
+  CHECK_CONTAINS(message([] { sp::make_row_parallel_linear(10, 4, 1, 4); }),
+                 "row_parallel_linear: 10 input features do not divide over 4 tensor-parallel ranks");
+  CHECK_CONTAINS(message([] { sp::make_vocab_parallel_embedding(10, 4, 0, 4); }),
+                 "vocab_parallel_embedding: 10 vocabulary entries do not divide over 4 tensor-parallel ranks");
+  CHECK_CONTAINS(message([] { sp::make_vocab_parallel_cross_entropy(10, 0, 4); }),
+                 "vocab_parallel_cross_entropy: 10 vocabulary entries do not divide over 4");
+  CHECK_CONTAINS(message([] {
+                   gpt::make_model(gpt::config{16, 8, 24, 6, 1}, 0, 4);
+                 }),
+                 "attention: 6 heads do not divide over 4 tensor-parallel ranks");
+  CHECK_CONTAINS(message([] { sp::make_column_parallel_linear(4, 8, 4, 4); }),
+                 "tensor-parallel rank 4 is not in [0, 4)");
 
   // A layer built for one tensor size refuses a communicator of another.
   setup s(1);
@@ -396,5 +417,6 @@ TEST_CASE("sizes that do not divide over the tensor ranks are config_errors nami
   store.bind(half);
   sp::column_parallel_linear::cache c;
   tensor<float> x(shape{1, 4}), y;
-  CHECK_CONTAINS(message([&] { half.forward(s.whole, x, y, c); }), "built for 2 tensor-parallel ranks, but the context's tensor communicator has 1");
+  CHECK_CONTAINS(message([&] { half.forward(s.whole, x, y, c); }),
+                 "built for 2 tensor-parallel ranks, but the context's tensor communicator has 1");
 }

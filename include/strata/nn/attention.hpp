@@ -125,15 +125,15 @@ struct causal_self_attention {
     if (heads <= 0 || d % heads != 0 || qkv.tp_size <= 0 || heads % qkv.tp_size != 0 ||
         qkv.local_out_features() != 3 * d / qkv.tp_size || proj.local_in_features() != d / qkv.tp_size ||
         proj.out_features() != d) [[unlikely]]
-      nn::detail::fail(strata::detail::cat(nn::detail::label(kind, qkv.weight.name), ": ", heads,
-                                           " heads with qkv weight ", qkv.weight.shape, " and proj weight ",
-                                           proj.weight.shape, " over ", qkv.tp_size,
-                                           " tensor-parallel ranks do not fit together (build it with "
-                                           "make_causal_self_attention)"),
-                       std::source_location::current());
+      nn::detail::fail(
+          strata::detail::cat(nn::detail::label(kind, qkv.weight.name), ": ", heads, " heads with qkv weight ",
+                              qkv.weight.shape, " and proj weight ", proj.weight.shape, " over ", qkv.tp_size,
+                              " tensor-parallel ranks do not fit together (build it with "
+                              "make_causal_self_attention)"),
+          std::source_location::current());
     if (x.shape().rank != 3 || x.dim(2) != d) [[unlikely]]
-      nn::detail::fail(strata::detail::cat(nn::detail::label(kind, qkv.weight.name), ": input has shape ",
-                                           x.shape(), "; expected [batch, sequence, ", d, "]"),
+      nn::detail::fail(strata::detail::cat(nn::detail::label(kind, qkv.weight.name), ": input has shape ", x.shape(),
+                                           "; expected [batch, sequence, ", d, "]"),
                        std::source_location::current());
   }
 };
@@ -142,10 +142,10 @@ struct causal_self_attention {
 // start like torch.nn.Linear's (uniform in +-1/sqrt(dim)), biases at zero.
 inline causal_self_attention make_causal_self_attention(int dim, int heads, int tp_rank = 0, int tp_size = 1,
                                                         bool bias = true) {
-  strata::expects<config_error>(dim > 0 && heads > 0, strata::detail::cat("attention: dim ", dim, " and heads ", heads,
-                                                                          " must be positive"));
-  strata::expects<config_error>(dim % heads == 0, strata::detail::cat("attention: dim ", dim,
-                                                                      " does not split into ", heads, " heads"));
+  strata::expects<config_error>(dim > 0 && heads > 0,
+                                strata::detail::cat("attention: dim ", dim, " and heads ", heads, " must be positive"));
+  strata::expects<config_error>(dim % heads == 0,
+                                strata::detail::cat("attention: dim ", dim, " does not split into ", heads, " heads"));
   (void)strata::detail::make_tp_slice("attention", heads, "heads", tp_rank, tp_size);
   return causal_self_attention{parallel::make_column_parallel_linear(dim, 3 * dim, tp_rank, tp_size, bias, false),
                                parallel::make_row_parallel_linear(dim, dim, tp_rank, tp_size, bias), heads};

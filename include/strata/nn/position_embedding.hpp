@@ -64,11 +64,11 @@ struct position_embedding {
     nn::detail::require_bound(weight, "position_embedding", weight.name, "weight");
     const auto& s = x.shape();
     if (s.rank < 2 || s.rank > 3 || s[s.rank - 1] != dim() || s[s.rank - 2] > max_seq() || s[s.rank - 2] < 1)
-      [[unlikely]]
-      nn::detail::fail(strata::detail::cat(nn::detail::label("position_embedding", weight.name), ": input has shape ",
-                                           s, "; expected [B, S, ", dim(), "] or [S, ", dim(), "] with 1 <= S <= ",
-                                           max_seq()),
-                       std::source_location::current());
+        [[unlikely]]
+      nn::detail::fail(
+          strata::detail::cat(nn::detail::label("position_embedding", weight.name), ": input has shape ", s,
+                              "; expected [B, S, ", dim(), "] or [S, ", dim(), "] with 1 <= S <= ", max_seq()),
+          std::source_location::current());
     return s[s.rank - 2];
   }
 };

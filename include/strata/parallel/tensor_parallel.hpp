@@ -74,8 +74,7 @@ struct column_parallel_linear {
     const tensor<float>& x = *c.x;
     const std::int64_t in = in_features(), out_l = local_out_features();
     const bool gathered = dist && gather_output;
-    nn::detail::require_dy(dy, nn::detail::with_last(x.shape(), gathered ? out_features() : out_l), kind,
-                           weight.name);
+    nn::detail::require_dy(dy, nn::detail::with_last(x.shape(), gathered ? out_features() : out_l), kind, weight.name);
     nn::detail::require_distinct(&dy, &dx, kind, weight.name);
     const std::int64_t rows = nn::detail::rows_of(x.shape());
     const float* g = dy.data();
@@ -97,11 +96,11 @@ struct column_parallel_linear {
   static constexpr const char* kind = "column_parallel_linear";
   void check_params() const {
     if (weight.shape.rank != 2 || (has_bias() && bias.numel() != static_cast<std::size_t>(weight.shape[0])))
-      [[unlikely]]
-      nn::detail::fail(strata::detail::cat(nn::detail::label(kind, weight.name), ": weight has shape ", weight.shape,
-                                           " and bias ", bias.shape,
-                                           "; expected [out/T, in] and [out/T] (or [0] without bias)"),
-                       std::source_location::current());
+        [[unlikely]]
+      nn::detail::fail(
+          strata::detail::cat(nn::detail::label(kind, weight.name), ": weight has shape ", weight.shape, " and bias ",
+                              bias.shape, "; expected [out/T, in] and [out/T] (or [0] without bias)"),
+          std::source_location::current());
     nn::detail::require_bound(weight, kind, weight.name, "weight");
     nn::detail::require_bound(bias, kind, weight.name, "bias");
   }
@@ -177,11 +176,11 @@ struct row_parallel_linear {
   static constexpr const char* kind = "row_parallel_linear";
   void check_params() const {
     if (weight.shape.rank != 2 || (has_bias() && bias.numel() != static_cast<std::size_t>(weight.shape[0])))
-      [[unlikely]]
-      nn::detail::fail(strata::detail::cat(nn::detail::label(kind, weight.name), ": weight has shape ", weight.shape,
-                                           " and bias ", bias.shape,
-                                           "; expected [out, in/T] and [out] (or [0] without bias)"),
-                       std::source_location::current());
+        [[unlikely]]
+      nn::detail::fail(
+          strata::detail::cat(nn::detail::label(kind, weight.name), ": weight has shape ", weight.shape, " and bias ",
+                              bias.shape, "; expected [out, in/T] and [out] (or [0] without bias)"),
+          std::source_location::current());
     nn::detail::require_bound(weight, kind, weight.name, "weight");
     nn::detail::require_bound(bias, kind, weight.name, "bias");
   }
@@ -248,8 +247,7 @@ struct vocab_parallel_embedding {
     nn::detail::require_dy(dy, out, kind, weight.name);
     nn::detail::require_distinct(&dy, &dx, kind, weight.name);
     dx.zeros(ids.shape());
-    const std::int64_t n = static_cast<std::int64_t>(ids.numel()), d = dim(), lo = vocab_begin(),
-                       local = local_vocab();
+    const std::int64_t n = static_cast<std::int64_t>(ids.numel()), d = dim(), lo = vocab_begin(), local = local_vocab();
     const float* ip = ids.data();
     const float* g = dy.data();
     float* gw = weight.grad();
@@ -309,8 +307,8 @@ struct vocab_parallel_cross_entropy {
     // would round away the softmax's precision when logits are large.
     tensor<float> row_max;
     tensor<float> log_sum;
-    tensor<float> target;   // [rows]: a copy, so backward needs no ctx state
-    tensor<double> sums;    // [2 rows]: sum of exp(x - m), then the target logit
+    tensor<float> target;  // [rows]: a copy, so backward needs no ctx state
+    tensor<double> sums;   // [2 rows]: sum of exp(x - m), then the target logit
   };
 
   std::int64_t local_vocab() const noexcept { return tp_size > 0 ? vocab / tp_size : 0; }
@@ -335,9 +333,9 @@ struct vocab_parallel_cross_entropy {
     for (std::int64_t r = 0; r < rows; ++r) {
       const float t = tg[r];
       if (!(t >= 0.0f && t < static_cast<float>(vocab) && t == std::floor(t))) [[unlikely]]
-        nn::detail::fail<error>(strata::detail::cat(kind, ": target ", t, " at row ", r, " is not a class id in [0, ",
-                                                    vocab, ")"),
-                                std::source_location::current());
+        nn::detail::fail<error>(
+            strata::detail::cat(kind, ": target ", t, " at row ", r, " is not a class id in [0, ", vocab, ")"),
+            std::source_location::current());
     }
     c.row_max.resize(nn::detail::vector_shape(rows));
     c.log_sum.resize(nn::detail::vector_shape(rows));
@@ -410,8 +408,9 @@ struct vocab_parallel_cross_entropy {
 inline column_parallel_linear make_column_parallel_linear(int in_features, int out_features, int tp_rank, int tp_size,
                                                           bool bias = true, bool gather_output = false) {
   expects<config_error>(in_features > 0, strata::detail::cat("column_parallel_linear: ", in_features,
-                                                     " input features (must be positive)"));
-  const auto s = strata::detail::make_tp_slice("column_parallel_linear", out_features, "output features", tp_rank, tp_size);
+                                                             " input features (must be positive)"));
+  const auto s =
+      strata::detail::make_tp_slice("column_parallel_linear", out_features, "output features", tp_rank, tp_size);
   column_parallel_linear l;
   // torch.nn.Linear's init (uniform in +-1/sqrt(in)), drawn over the full weight.
   l.weight = param<float>(shape{s.per_rank, in_features},
@@ -428,7 +427,7 @@ inline column_parallel_linear make_column_parallel_linear(int in_features, int o
 inline row_parallel_linear make_row_parallel_linear(int in_features, int out_features, int tp_rank, int tp_size,
                                                     bool bias = true) {
   expects<config_error>(out_features > 0, strata::detail::cat("row_parallel_linear: ", out_features,
-                                                      " output features (must be positive)"));
+                                                              " output features (must be positive)"));
   const auto s = strata::detail::make_tp_slice("row_parallel_linear", in_features, "input features", tp_rank, tp_size);
   row_parallel_linear l;
   l.weight = param<float>(shape{out_features, s.per_rank},
@@ -445,8 +444,9 @@ inline vocab_parallel_embedding make_vocab_parallel_embedding(int vocab, int dim
                                                               float init_stddev = 1.0f) {
   expects<config_error>(dim > 0, strata::detail::cat("vocab_parallel_embedding: dim ", dim, " must be positive"));
   expects<config_error>(vocab <= (1 << 24), strata::detail::cat("vocab_parallel_embedding: vocab ", vocab,
-                                                        " exceeds 2^24, above which float ids are not exact"));
-  const auto s = strata::detail::make_tp_slice("vocab_parallel_embedding", vocab, "vocabulary entries", tp_rank, tp_size);
+                                                                " exceeds 2^24, above which float ids are not exact"));
+  const auto s =
+      strata::detail::make_tp_slice("vocab_parallel_embedding", vocab, "vocabulary entries", tp_rank, tp_size);
   vocab_parallel_embedding e;
   e.weight = param<float>(shape{s.per_rank, dim}, init_spec::normal(init_stddev));
   e.weight.shard_of(shape{vocab, dim}, 0, s.begin());
@@ -457,8 +457,9 @@ inline vocab_parallel_embedding make_vocab_parallel_embedding(int vocab, int dim
 
 inline vocab_parallel_cross_entropy make_vocab_parallel_cross_entropy(int vocab, int tp_rank, int tp_size) {
   expects<config_error>(vocab <= (1 << 24), strata::detail::cat("vocab_parallel_cross_entropy: vocab ", vocab,
-                                                        " exceeds 2^24, above which float ids are not exact"));
-  const auto s = strata::detail::make_tp_slice("vocab_parallel_cross_entropy", vocab, "vocabulary entries", tp_rank, tp_size);
+                                                                " exceeds 2^24, above which float ids are not exact"));
+  const auto s =
+      strata::detail::make_tp_slice("vocab_parallel_cross_entropy", vocab, "vocabulary entries", tp_rank, tp_size);
   return vocab_parallel_cross_entropy{vocab, s.rank, s.size};
 }
 

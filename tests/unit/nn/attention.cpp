@@ -15,8 +15,7 @@ namespace {
 // out = P V; y = out Wproj^T + b.
 std::vector<double> reference(const nn::causal_self_attention& a, const tensor<float>& x) {
   const std::int64_t B = x.dim(0), S = x.dim(1), D = x.dim(2), H = a.heads, hd = D / H;
-  const float *wq = a.qkv.weight.data(), *bq = a.qkv.bias.data(), *wp = a.proj.weight.data(),
-              *bp = a.proj.bias.data();
+  const float *wq = a.qkv.weight.data(), *bq = a.qkv.bias.data(), *wp = a.proj.weight.data(), *bp = a.proj.bias.data();
   std::vector<double> qkv(B * S * 3 * D), out(B * S * D, 0.0), y(B * S * D);
   for (std::int64_t r = 0; r < B * S; ++r)
     for (std::int64_t o = 0; o < 3 * D; ++o) {
@@ -124,8 +123,10 @@ TEST_CASE("attention is causal: a later position never changes an earlier output
       for (std::int64_t e = 0; e < 8; ++e) diff += std::abs(y1[(b * 6 + s) * 8 + e] - y0[(b * 6 + s) * 8 + e]);
       INFO("batch " << b << " position " << s);
       // Masked scores are exact zeros after the softmax, so earlier rows are bit-identical.
-      if (s < 4) CHECK(diff == 0.0);
-      else CHECK(diff > 1e-3);
+      if (s < 4)
+        CHECK(diff == 0.0);
+      else
+        CHECK(diff > 1e-3);
     }
 }
 
@@ -160,13 +161,19 @@ TEST_CASE("attention: sizes that do not fit are config_errors naming the numbers
   context ctx;
   nn::causal_self_attention::cache c;
   tensor<float> y;
-  CHECK_CONTAINS(message_of<strata::config_error>([&] { f.a.forward(ctx, tensor<float>(shape{2, 8}), y, c); }),
+  CHECK_CONTAINS(message_of<strata::config_error>([&] {
+                   f.a.forward(ctx, tensor<float>(shape{2, 8}), y, c);
+                 }),
                  "expected [batch, sequence, 8]");
-  CHECK_CONTAINS(message_of<strata::config_error>([&] { f.a.forward(ctx, tensor<float>(shape{1, 3, 6}), y, c); }),
+  CHECK_CONTAINS(message_of<strata::config_error>([&] {
+                   f.a.forward(ctx, tensor<float>(shape{1, 3, 6}), y, c);
+                 }),
                  "expected [batch, sequence, 8]");
   // A layer holding half the heads cannot run where there is no tensor communicator.
   auto half = nn::make_causal_self_attention(8, 2, 0, 2);
   for (auto* p : {&half.qkv.weight, &half.qkv.bias, &half.proj.weight, &half.proj.bias}) f.store.bind(*p, f.rng);
-  CHECK_CONTAINS(message_of<strata::config_error>([&] { half.forward(ctx, tensor<float>(shape{1, 3, 8}), y, c); }),
+  CHECK_CONTAINS(message_of<strata::config_error>([&] {
+                   half.forward(ctx, tensor<float>(shape{1, 3, 8}), y, c);
+                 }),
                  "built for 2 tensor-parallel ranks, but the context has no tensor communicator");
 }

@@ -35,13 +35,12 @@ struct tp_slice {
   std::int64_t begin() const noexcept { return per_rank * rank; }
 };
 
-inline tp_slice make_tp_slice(std::string_view what, std::int64_t total, std::string_view items, int rank,
-                              int size) {
+inline tp_slice make_tp_slice(std::string_view what, std::int64_t total, std::string_view items, int rank, int size) {
   expects<config_error>(size > 0 && rank >= 0 && rank < size,
                         cat(what, ": tensor-parallel rank ", rank, " is not in [0, ", size, ")"));
   expects<config_error>(total > 0, cat(what, ": ", total, " ", items, " (must be positive)"));
-  expects<config_error>(total % size == 0, cat(what, ": ", total, " ", items, " do not divide over ", size,
-                                                " tensor-parallel ranks"));
+  expects<config_error>(total % size == 0,
+                        cat(what, ": ", total, " ", items, " do not divide over ", size, " tensor-parallel ranks"));
   return {rank, size, total / size};
 }
 
@@ -73,8 +72,10 @@ void tp_all_reduce(Ctx& ctx, std::span<T> data, reduce_op op = reduce_op::sum) {
 }
 template <class Ctx, class T>
 request tp_all_reduce_async(Ctx& ctx, std::span<T> data, reduce_op op = reduce_op::sum) {
-  if constexpr (tp_context<Ctx>) return ctx.tp().all_reduce_async(data, op);
-  else return request{};
+  if constexpr (tp_context<Ctx>)
+    return ctx.tp().all_reduce_async(data, op);
+  else
+    return request{};
 }
 template <class Ctx>
 void tp_all_gather(Ctx& ctx, std::span<const float> in, std::span<float> out) {

@@ -36,7 +36,8 @@ inline void linear_param_grads(const float* dy, const float* x, std::int64_t row
                                float* gw, float* gb) {
   using nn::detail::transpose;
   nn::detail::gemm(host{}, transpose::yes, transpose::no, out, in, rows, 1.0f, dy, out, x, in, 1.0f, gw, in);
-  if (gb) nn::detail::add_column_sums(rows, out, gb, [dy, out](std::int64_t i, std::int64_t j) { return dy[i * out + j]; });
+  if (gb)
+    nn::detail::add_column_sums(rows, out, gb, [dy, out](std::int64_t i, std::int64_t j) { return dy[i * out + j]; });
 }
 
 // blocks[p][rows][cols] (what all_gather returns) -> y[rows][p * cols].
@@ -51,9 +52,8 @@ inline void concat_blocks(const float* blocks, int p, std::int64_t rows, std::in
 // Columns [k * cols, (k + 1) * cols) of y[rows][p * cols] -> out[rows][cols].
 inline void take_block(const float* y, int p, int k, std::int64_t rows, std::int64_t cols, float* out) {
   const std::int64_t width = cols * p;
-  nn::detail::for_rows(rows, cols, [&](std::int64_t r) {
-    std::memcpy(out + r * cols, y + r * width + k * cols, cols * sizeof(float));
-  });
+  nn::detail::for_rows(
+      rows, cols, [&](std::int64_t r) { std::memcpy(out + r * cols, y + r * width + k * cols, cols * sizeof(float)); });
 }
 
 }  // namespace strata::detail
