@@ -76,7 +76,9 @@ int main(int argc, char** argv) {
 
   if (me == 0)
     std::printf("# strata bench/collectives: %d processes, float, sum; times are medians of %d iterations (max over ranks)\n"
-                "# busbw factors (nccl-tests): all_reduce 2(n-1)/n, reduce_scatter and all_gather (n-1)/n\n",
+                "# busbw factors (nccl-tests): all_reduce 2(n-1)/n, reduce_scatter and all_gather (n-1)/n\n"
+                "# ratio = busbw strata / busbw raw: the median over iterations of raw time / strata time, each pair\n"
+                "# run back to back\n",
                 p, opt.iters);
 
   for (op o : {op::all_reduce, op::reduce_scatter, op::all_gather}) {
@@ -108,21 +110,28 @@ int main(int argc, char** argv) {
           case op::all_gather: MPI_Allgather(a.data(), ib, MPI_FLOAT, b.data(), ib, MPI_FLOAT, raw); break;
         }
       };
-      // Alternating the two per iteration gives both the same machine conditions.
-      std::vector<double> t_strata, t_raw;
-      for (int it = 0; it < opt.warmup + opt.iters; ++it)
-        for (int which = 0; which < 2; ++which) {
+      // Alternating the two per iteration gives both the same machine conditions; the
+      // ratio is the median of each iteration's pair, robust to a machine shared with others.
+      std::vector<double> t_strata, t_raw, pair_ratio;
+      for (int it = 0; it < opt.warmup + opt.iters; ++it) {
+        double t[2];
+        for (int k = 0; k < 2; ++k) {
+          const int which = (it + k) % 2;  // alternate which goes first
           MPI_Barrier(ctl);
           const double t0 = MPI_Wtime();
           which ? run_raw() : run_strata();
-          double dt = MPI_Wtime() - t0;
-          MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, ctl);
-          if (it >= opt.warmup) (which ? t_raw : t_strata).push_back(dt);
+          t[which] = MPI_Wtime() - t0;
+          MPI_Allreduce(MPI_IN_PLACE, &t[which], 1, MPI_DOUBLE, MPI_MAX, ctl);
         }
+        if (it < opt.warmup) continue;
+        t_strata.push_back(t[0]);
+        t_raw.push_back(t[1]);
+        pair_ratio.push_back(t[1] / t[0]);
+      }
       const double ts = median(t_strata), tr = median(t_raw);
       const double size = static_cast<double>(count * sizeof(float));
       const double f = bus_factor(o, p);
-      const double ratio = tr / ts;  // = busbw(strata) / busbw(raw)
+      const double ratio = median(pair_ratio);  // busbw(strata) / busbw(raw)
       if (bytes >= (std::size_t{1} << 20)) big_ratios.push_back(ratio);
       if (me == 0)
         std::printf("  %12zu %11zu | %10.1f %9.3f %9.3f | %10.1f %9.3f %9.3f | %6.3f\n", count * sizeof(float), count,
@@ -130,7 +139,8 @@ int main(int argc, char** argv) {
                     ratio);
     }
     if (me == 0 && !big_ratios.empty())
-      std::printf("# %s: median busbw ratio strata/raw for sizes >= 1 MiB: %.3f\n", name_of(o), median(big_ratios));
+      std::printf("# %s: median busbw ratio strata/raw for sizes >= 1 MiB: %.3f (lowest %.3f)\n", name_of(o),
+                  median(big_ratios), *std::min_element(big_ratios.begin(), big_ratios.end()));
   }
   MPI_Comm_free(&raw);
   MPI_Comm_free(&ctl);

@@ -119,6 +119,9 @@ class lane final : public request_source {
   }
 
  private:
+  // Waiters and the idle lane block in the kernel rather than spin: where ranks outnumber
+  // cores, a spinning thread takes the core that the peer's lane needs (measured on 2 cores,
+  // 2 ranks: a 20 us spin made a 4 KiB all_reduce three times slower).
   void wait_slow(std::uint64_t ticket) {
     std::unique_lock lk(m_);
     while (completed_.load(std::memory_order_acquire) < ticket) {
