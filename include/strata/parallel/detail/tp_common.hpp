@@ -45,23 +45,27 @@ inline tp_slice make_tp_slice(std::string_view what, std::int64_t total, std::st
 }
 
 // Called at the top of every forward/backward: a layer that holds 1/T of a tensor must
-// run with T ranks in ctx.tp(). A whole layer (T = 1) runs with any context that has no
-// tensor communicator, or one of size 1. Returns whether collectives are needed.
+// run with T ranks in ctx.tp(). A whole layer (T = 1) needs no communicator and does not
+// ask for one (a data-parallel trainer may leave its context without one); run inside a
+// tensor group it computes the whole result on each rank, which is still correct.
+// Returns whether collectives are needed.
 template <class Ctx>
 bool tp_active(Ctx& ctx, int tp_size, std::string_view kind, const std::string& owner,
                const std::source_location loc = std::source_location::current()) {
+  if (tp_size == 1) return false;
   if constexpr (tp_context<Ctx>) {
     const int have = ctx.tp().size();
     if (have != tp_size) [[unlikely]]
       nn::detail::fail(cat(nn::detail::label(kind, owner), ": built for ", tp_size,
                            " tensor-parallel ranks, but the context's tensor communicator has ", have),
                        loc);
-  } else if (tp_size != 1) [[unlikely]] {
+  } else {
+    (void)ctx;
     nn::detail::fail(cat(nn::detail::label(kind, owner), ": built for ", tp_size,
                          " tensor-parallel ranks, but the context has no tensor communicator (ctx.tp())"),
                      loc);
   }
-  return tp_size > 1;
+  return true;
 }
 
 // Collectives over ctx.tp(), only reached after tp_active() returned true (so a context
