@@ -28,7 +28,7 @@ inline constexpr std::size_t reduce_lanes = 8;
 inline constexpr std::size_t reduce_round = 512;
 
 template <class T>
-STRATA_FORCEINLINE double widen(T x) {
+STRATA_HOST_DEVICE STRATA_FORCEINLINE double widen(T x) {
   return static_cast<double>(static_cast<float>(x));
 }
 
@@ -50,7 +50,7 @@ double block_sum_squares(const T* x, std::size_t n) {
 
 // The exponent field of T's bit pattern; all ones means inf or NaN.
 template <class T>
-STRATA_FORCEINLINE bool nonfinite(T x) {
+STRATA_HOST_DEVICE STRATA_FORCEINLINE bool nonfinite(T x) {
   if constexpr (std::is_same_v<T, float>)
     return (__builtin_bit_cast(std::uint32_t, x) & 0x7f800000u) == 0x7f800000u;
   else if constexpr (std::is_same_v<T, bf16>)

@@ -1,0 +1,158 @@
+// What stands behind one nccl_comm: the NCCL communicator, its communication stream, the
+// events that order it against the compute stream, and the request source over them.
+#pragma once
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <thread>
+
+#include "../../core/buffer.hpp"
+#include "../../space/cuda.hpp"
+#include "../request.hpp"
+#include "nccl_types.hpp"
+
+namespace strata::detail {
+
+class nccl_state final : public request_source {
+ public:
+  // Operations whose completion events are kept apart; a request older than this many
+  // operations waits on a newer event of its slot, which the stream order makes safe.
+  static constexpr std::size_t ring = 64;
+
+  // Takes ownership of `comm`, made on `device`.
+  nccl_state(ncclComm_t comm, int device, cudaStream_t compute, std::string name, std::chrono::duration<double> timeout)
+      : comm_(comm), device_(device), compute_(compute), name_(std::move(name)), timeout_(timeout),
+        guard_(device), stream_(), ready_(), word_(1) {
+    STRATA_CHECK_NCCL(ncclCommUserRank(comm_, &rank_));
+    STRATA_CHECK_NCCL(ncclCommCount(comm_, &size_));
+  }
+  nccl_state(const nccl_state&) = delete;
+  nccl_state& operator=(const nccl_state&) = delete;
+
+  ~nccl_state() {
+    if (comm_aborted_) return;
+    device_guard g(device_);
+    if (!failed_) failed_ = cudaStreamSynchronize(stream_.get()) != cudaSuccess;
+    // A communicator that failed cannot be destroyed cleanly: abort it.
+    if (failed_) (void)ncclCommAbort(comm_);
+    else (void)ncclCommDestroy(comm_);
+  }
+
+  ncclComm_t comm() const noexcept { return comm_; }
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  int device() const noexcept { return device_; }
+  cudaStream_t stream() const noexcept { return stream_.get(); }
+  cudaStream_t compute() const noexcept { return compute_; }
+  void set_compute(cudaStream_t s) noexcept { compute_ = s; }
+  const std::string& name() const noexcept { return name_; }
+  void set_name(std::string n) { name_ = std::move(n); }
+  std::chrono::duration<double> timeout() const noexcept { return timeout_; }
+  void set_timeout(std::chrono::duration<double> t) {
+    expects<config_error>(t.count() > 0, [&] { return cat("communicator time-out of ", t.count(), " s: must be positive"); });
+    timeout_ = t;
+  }
+  int* barrier_word() noexcept { return word_.data(); }
+
+  // Orders the communication stream after the work queued on the compute stream so far.
+  void begin() {
+    ready_.record(compute_);
+    stream_.wait(ready_);
+  }
+  // Marks the end of operation `op` on the communication stream; returns its ticket.
+  std::uint64_t finish(const char* op) {
+    const std::uint64_t t = ++last_;
+    slot& s = ring_[t % ring];
+    s.done.record(stream_);
+    s.ticket = t;
+    s.op = op;
+    return t;
+  }
+
+  // request_source: complete once the operation's event has fired.
+  bool test(std::uint64_t ticket) override {
+    check_async("test");
+    return ring_[ticket % ring].done.done();
+  }
+  // Orders the compute stream after the operation (the host does not block), so work
+  // queued there next sees the result; errors NCCL has reported are rethrown here.
+  void wait(std::uint64_t ticket) override {
+    check_async("wait");
+    device_guard g(device_);
+    stream_wait(compute_, ring_[ticket % ring].done);
+  }
+
+  // Blocks the host until every queued operation has finished, polling NCCL for errors;
+  // past the time-out the communicator is aborted (a hung peer cannot be waited out).
+  void synchronize() {
+    if (last_ == 0) return;
+    const slot& s = ring_[last_ % ring];
+    const auto start = std::chrono::steady_clock::now();
+    auto pause = std::chrono::microseconds(1);
+    while (!s.done.done()) {
+      check_async(s.op);
+      if (std::chrono::steady_clock::now() - start > timeout_) {
+        failed_ = true;
+        (void)ncclCommAbort(comm_);
+        comm_aborted_ = true;
+        throw comm_error(cat("nccl communicator ", name_, ", rank ", rank_, " of ", size_, ": ", s.op,
+                             " did not finish within ", timeout_.count(),
+                             " s; the communicator was aborted. A peer rank probably failed or never called it "
+                             "(STRATA_COMM_TIMEOUT sets the time-out)"));
+      }
+      std::this_thread::sleep_for(pause);
+      if (pause < std::chrono::microseconds(1000)) pause *= 2;
+    }
+  }
+
+  // Throws when NCCL reported an asynchronous error (a failed peer, a network error).
+  void check_async(const char* op) {
+    expects<comm_error>(!comm_aborted_, [&] { return cat("nccl communicator ", name_, " was aborted after an error"); });
+    ncclResult_t r = ncclSuccess;
+    STRATA_CHECK_NCCL(ncclCommGetAsyncError(comm_, &r));
+    if (r != ncclSuccess && r != ncclInProgress) {
+      failed_ = true;
+      throw comm_error(cat("nccl communicator ", name_, ", rank ", rank_, " of ", size_, ": ", op, " failed: ",
+                           nccl_error_text(r, comm_)));
+    }
+  }
+
+  // Throws a comm_error naming the communicator, rank and operation for a failed call.
+  void check(ncclResult_t r, const char* op) {
+    if (r == ncclSuccess) [[likely]]
+      return;
+    failed_ = true;
+    throw comm_error(cat("nccl communicator ", name_, ", rank ", rank_, " of ", size_, ": ", op, " failed: ",
+                         nccl_error_text(r, comm_)));
+  }
+
+ private:
+  struct slot {
+    cuda_event done;
+    std::uint64_t ticket = 0;
+    const char* op = "";
+  };
+  struct scoped_device {
+    explicit scoped_device(int d) { STRATA_CHECK_CUDA(cudaSetDevice(d)); }
+  };
+
+  ncclComm_t comm_;
+  int device_;
+  cudaStream_t compute_;
+  std::string name_;
+  std::chrono::duration<double> timeout_;
+  scoped_device guard_;  // makes the device current before the stream and events below are made
+  cuda_stream stream_;
+  cuda_event ready_;
+  std::array<slot, ring> ring_;
+  buffer<int, cuda> word_;
+  int rank_ = 0, size_ = 1;
+  std::uint64_t last_ = 0;
+  bool failed_ = false, comm_aborted_ = false;
+};
+
+}  // namespace strata::detail

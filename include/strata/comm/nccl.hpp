@@ -1,0 +1,327 @@
+// nccl_comm: the device communicator over NCCL, with mpi_comm's member API on buffers in
+// device memory, run on its own stream that events order against the compute stream.
+#pragma once
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "../core/error.hpp"
+#include "../space/cuda.hpp"
+#include "communicator.hpp"
+#include "detail/lane.hpp"
+#include "detail/nccl_state.hpp"
+#include "detail/nccl_types.hpp"
+#include "detail/rendezvous.hpp"
+#include "reduce_op.hpp"
+#include "request.hpp"
+
+namespace strata {
+
+struct nccl_options {
+  // The stream that produces and consumes the buffers: every operation waits for the
+  // work queued on it so far, and request::wait() makes it wait for the operation.
+  // nullptr is the legacy default stream.
+  cudaStream_t compute_stream = nullptr;
+  // -1: the current device (bootstrap over a host communicator) or the device of
+  // LOCAL_RANK (from_env); otherwise this device.
+  int device = -1;
+  std::string name = "nccl";
+  // How long synchronize() and barrier() wait before aborting; 0: STRATA_COMM_TIMEOUT or 300 s.
+  std::chrono::duration<double> timeout{0.0};
+};
+
+// Buffers are device memory and belong to an *_async operation until its request
+// completes. Operations run on the communicator's own stream in call order; wait()
+// orders the compute stream after one without blocking the host, and synchronize()
+// (or barrier()) blocks the host. NCCL has no tags: send/recv between two ranks match
+// in the order they are issued, and a send to oneself needs send_recv (one group).
+class nccl_comm {
+ public:
+  // Collective over `host` (an mpi_comm or self_comm of the same processes): rank 0 makes
+  // the ncclUniqueId and the host communicator broadcasts it.
+  template <class HostComm>
+    requires(!std::same_as<HostComm, nccl_comm>) && communicator<HostComm>
+  explicit nccl_comm(HostComm& host, nccl_options opt = {}) {
+    const int device = opt.device >= 0 ? opt.device : current_device();
+    std::array<std::uint8_t, sizeof(ncclUniqueId)> id{};
+    if (host.rank() == 0) {
+      ncclUniqueId u;
+      STRATA_CHECK_NCCL(ncclGetUniqueId(&u));
+      std::memcpy(id.data(), &u, sizeof u);
+    }
+    host.broadcast(std::span<std::uint8_t>(id), 0);
+    init(id.data(), host.rank(), host.size(), device, std::move(opt));
+  }
+
+  // Without MPI: the TCP rendezvous of MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE and
+  // LOCAL_RANK (the torchrun convention) carries the ncclUniqueId from rank 0.
+  static nccl_comm from_env(nccl_options opt = {}) {
+    const auto cfg = detail::rendezvous_config::from_env();
+    const int device = opt.device >= 0 ? opt.device : device_for_local_rank(cfg.local_rank);
+    std::array<std::byte, sizeof(ncclUniqueId)> id{};
+    if (cfg.rank == 0) {
+      device_guard g(device);  // the id records the device's host-side network interfaces
+      ncclUniqueId u;
+      STRATA_CHECK_NCCL(ncclGetUniqueId(&u));
+      std::memcpy(id.data(), &u, sizeof u);
+    }
+    const auto got = detail::rendezvous_broadcast(cfg, id);
+    expects<comm_error>(got.size() == sizeof(ncclUniqueId), [&] {
+      return detail::cat("rendezvous: rank 0 sent ", got.size(), " bytes, an ncclUniqueId has ", sizeof(ncclUniqueId),
+                         " (ranks built against different NCCL versions?)");
+    });
+    nccl_comm c;
+    c.init(got.data(), cfg.rank, cfg.world_size, device, std::move(opt));
+    return c;
+  }
+
+  nccl_comm(nccl_comm&&) noexcept = default;
+  nccl_comm& operator=(nccl_comm&&) noexcept = default;
+  ~nccl_comm() = default;
+
+  int rank() const { return state().rank(); }
+  int size() const { return state().size(); }
+  int device() const { return state().device(); }
+  ncclComm_t native() const { return state().comm(); }
+  // The communication stream, and the compute stream it is ordered against.
+  cudaStream_t stream() const { return state().stream(); }
+  cudaStream_t compute_stream() const { return state().compute(); }
+  void set_compute_stream(cudaStream_t s) { state().set_compute(s); }
+  const std::string& name() const { return state().name(); }
+  void set_name(std::string name) { state().set_name(std::move(name)); }
+  std::chrono::duration<double> timeout() const { return state().timeout(); }
+  void set_timeout(std::chrono::duration<double> t) { state().set_timeout(t); }
+
+  // ---- asynchronous forms ----
+  template <comm_element T>
+  request all_reduce_async(std::span<T> data, reduce_op op = reduce_op::sum) {
+    check_device_memory(data.data(), "all_reduce");
+    return run("all_reduce", [&](ncclComm_t c, cudaStream_t s) {
+      return ncclAllReduce(data.data(), data.data(), data.size(), detail::nccl_type<T>(), detail::nccl_op(op), c, s);
+    });
+  }
+
+  template <class U, comm_element T>
+    requires std::is_same_v<std::remove_const_t<U>, T>
+  request reduce_scatter_async(std::span<U> in, std::span<T> out, reduce_op op = reduce_op::sum) {
+    const std::size_t p = static_cast<std::size_t>(size());
+    expects<comm_error>(in.size() == out.size() * p, [&] {
+      return detail::cat("reduce_scatter on ", name(), ": input has ", in.size(), " elements, expected out (",
+                         out.size(), ") x size (", p, ") = ", out.size() * p);
+    });
+    expects<comm_error>(!overlap(in, out) || out.empty(),
+                        [&] { return detail::cat("reduce_scatter on ", name(), ": input and output overlap"); });
+    check_device_memory(in.data(), "reduce_scatter");
+    check_device_memory(out.data(), "reduce_scatter");
+    return run("reduce_scatter", [&](ncclComm_t c, cudaStream_t s) {
+      return ncclReduceScatter(in.data(), out.data(), out.size(), detail::nccl_type<T>(), detail::nccl_op(op), c, s);
+    });
+  }
+
+  // `in` may be out's own block (out.subspan(rank() * in.size(), in.size())): gathered in place.
+  template <class U, comm_element T>
+    requires std::is_same_v<std::remove_const_t<U>, T>
+  request all_gather_async(std::span<U> in, std::span<T> out) {
+    const std::size_t p = static_cast<std::size_t>(size());
+    expects<comm_error>(out.size() == in.size() * p, [&] {
+      return detail::cat("all_gather on ", name(), ": output has ", out.size(), " elements, expected in (", in.size(),
+                         ") x size (", p, ") = ", in.size() * p);
+    });
+    const T* own = out.data() + static_cast<std::size_t>(rank()) * in.size();
+    expects<comm_error>(in.data() == own || !overlap(in, out), [&] {
+      return detail::cat("all_gather on ", name(), ": input overlaps the output but is not block ", rank(), " of it");
+    });
+    check_device_memory(in.data(), "all_gather");
+    check_device_memory(out.data(), "all_gather");
+    return run("all_gather", [&](ncclComm_t c, cudaStream_t s) {
+      return ncclAllGather(in.data(), out.data(), in.size(), detail::nccl_type<T>(), c, s);
+    });
+  }
+
+  template <comm_element T>
+  request broadcast_async(std::span<T> data, int root) {
+    check_rank(root, "broadcast root");
+    check_device_memory(data.data(), "broadcast");
+    return run("broadcast", [&](ncclComm_t c, cudaStream_t s) {
+      return ncclBroadcast(data.data(), data.data(), data.size(), detail::nccl_type<T>(), root, c, s);
+    });
+  }
+
+  template <class U>
+    requires comm_element<std::remove_const_t<U>>
+  request send_async(std::span<U> data, int dest, int tag = 0) {
+    check_peer(dest, "send destination");
+    check_tag(tag);
+    check_device_memory(data.data(), "send");
+    return run("send", [&](ncclComm_t c, cudaStream_t s) {
+      return ncclSend(data.data(), data.size(), detail::nccl_type<std::remove_const_t<U>>(), dest, c, s);
+    });
+  }
+
+  template <comm_element T>
+  request recv_async(std::span<T> data, int src, int tag = 0) {
+    check_peer(src, "recv source");
+    check_tag(tag);
+    check_device_memory(data.data(), "recv");
+    return run("recv", [&](ncclComm_t c, cudaStream_t s) {
+      return ncclRecv(data.data(), data.size(), detail::nccl_type<T>(), src, c, s);
+    });
+  }
+
+  // A send to `dest` and a receive from `src` in one NCCL group, so two ranks that
+  // exchange (pipeline stages, a ring step, or a rank with itself) cannot deadlock.
+  template <class U, comm_element T>
+    requires std::is_same_v<std::remove_const_t<U>, T>
+  request send_recv_async(std::span<U> out, int dest, std::span<T> in, int src, int tag = 0) {
+    check_rank(dest, "send destination");
+    check_rank(src, "recv source");
+    check_tag(tag);
+    check_device_memory(out.data(), "send_recv");
+    check_device_memory(in.data(), "send_recv");
+    return run("send_recv", [&](ncclComm_t c, cudaStream_t s) {
+      ncclResult_t r = ncclGroupStart();
+      if (r != ncclSuccess) return r;
+      r = ncclSend(out.data(), out.size(), detail::nccl_type<T>(), dest, c, s);
+      const ncclResult_t r2 = r == ncclSuccess ? ncclRecv(in.data(), in.size(), detail::nccl_type<T>(), src, c, s) : r;
+      const ncclResult_t r3 = ncclGroupEnd();
+      return r2 != ncclSuccess ? r2 : r3;
+    });
+  }
+
+  // An all_reduce of one word: complete when every rank has reached it.
+  request barrier_async() {
+    int* word = state().barrier_word();
+    return run("barrier", [&](ncclComm_t c, cudaStream_t s) { return ncclAllReduce(word, word, 1, ncclInt32, ncclSum, c, s); });
+  }
+
+  // ---- blocking forms: queued, then the compute stream waits (the host does not) ----
+  template <comm_element T>
+  void all_reduce(std::span<T> data, reduce_op op = reduce_op::sum) { all_reduce_async(data, op).wait(); }
+  template <class U, comm_element T>
+    requires std::is_same_v<std::remove_const_t<U>, T>
+  void reduce_scatter(std::span<U> in, std::span<T> out, reduce_op op = reduce_op::sum) {
+    reduce_scatter_async(in, out, op).wait();
+  }
+  template <class U, comm_element T>
+    requires std::is_same_v<std::remove_const_t<U>, T>
+  void all_gather(std::span<U> in, std::span<T> out) { all_gather_async(in, out).wait(); }
+  template <comm_element T>
+  void broadcast(std::span<T> data, int root) { broadcast_async(data, root).wait(); }
+  template <class U>
+    requires comm_element<std::remove_const_t<U>>
+  void send(std::span<U> data, int dest, int tag = 0) { send_async(data, dest, tag).wait(); }
+  template <comm_element T>
+  void recv(std::span<T> data, int src, int tag = 0) { recv_async(data, src, tag).wait(); }
+  template <class U, comm_element T>
+    requires std::is_same_v<std::remove_const_t<U>, T>
+  void send_recv(std::span<U> out, int dest, std::span<T> in, int src, int tag = 0) {
+    send_recv_async(out, dest, in, src, tag).wait();
+  }
+  // Blocks the host until every rank has reached the barrier (or the time-out aborts).
+  void barrier() {
+    barrier_async().wait();
+    synchronize();
+  }
+  // Blocks the host until every operation queued so far has finished.
+  void synchronize() { state().synchronize(); }
+
+  // Collective: ranks with the same color form a communicator (ncclCommSplit), ordered
+  // by key then rank. It shares this one's device and compute stream.
+  nccl_comm split(int color, int key) {
+    expects<comm_error>(color >= 0, [&] { return detail::cat("split of ", name(), ": color ", color, " must be >= 0"); });
+    auto& s = state();
+    device_guard g(s.device());
+    ncclComm_t child = nullptr;
+    s.check(ncclCommSplit(s.comm(), color, key, &child, nullptr), "split");
+    nccl_comm c;
+    c.s_ = std::make_unique<detail::nccl_state>(child, s.device(), s.compute(), detail::cat(s.name(), "/", color),
+                                                s.timeout());
+    return c;
+  }
+
+ private:
+  nccl_comm() = default;
+
+  void init(const void* id_bytes, int rank, int size, int device, nccl_options opt) {
+    ncclUniqueId id;
+    std::memcpy(&id, id_bytes, sizeof id);
+    device_guard g(device);
+    ncclComm_t comm = nullptr;
+    const ncclResult_t r = ncclCommInitRank(&comm, size, id, rank);
+    if (r != ncclSuccess)
+      throw comm_error(detail::cat("nccl communicator ", opt.name, ": ncclCommInitRank (rank ", rank, " of ", size,
+                                   ", device ", device, ") failed: ", detail::nccl_error_text(r)));
+    const auto timeout = opt.timeout.count() > 0 ? opt.timeout : detail::default_comm_timeout();
+    try {
+      s_ = std::make_unique<detail::nccl_state>(comm, device, opt.compute_stream, std::move(opt.name), timeout);
+    } catch (...) {
+      (void)ncclCommDestroy(comm);
+      throw;
+    }
+  }
+
+  detail::nccl_state& state() const {
+    expects<comm_error>(s_ != nullptr, "use of a moved-from strata::nccl_comm");
+    return *s_;
+  }
+
+  // Queues one NCCL call on the communication stream after the compute stream's work.
+  template <class Call>
+  request run(const char* op, Call&& call) {
+    auto& s = state();
+    s.check_async(op);
+    device_guard g(s.device());
+    s.begin();
+    s.check(call(s.comm(), s.stream()), op);
+    return request(&s, s.finish(op));
+  }
+
+  void check_rank(int r, const char* what) const {
+    expects<comm_error>(r >= 0 && r < size(), [&] {
+      return detail::cat(what, " ", r, " on ", name(), ": not a rank of a communicator of size ", size());
+    });
+  }
+  void check_peer(int r, const char* what) const {
+    check_rank(r, what);
+    expects<comm_error>(r != rank(), [&] {
+      return detail::cat(what, " ", r, " on ", name(),
+                         " is this rank: NCCL needs both halves of a self-exchange in one group, use send_recv");
+    });
+  }
+  void check_tag(int tag) const {
+    expects<comm_error>(tag >= 0, [&] { return detail::cat("tag ", tag, " on ", name(), ": tags must be >= 0"); });
+  }
+  // NCCL reads and writes device memory only; a host pointer would fault inside a kernel.
+  void check_device_memory(const void* p, const char* op) const {
+    if (!p) return;
+    cudaPointerAttributes a{};
+    const cudaError_t e = cudaPointerGetAttributes(&a, p);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    expects<comm_error>(e == cudaSuccess && (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged), [&] {
+      return detail::cat(op, " on ", name(), ": the buffer at ", p,
+                         " is not device memory; nccl_comm moves buffer<T, strata::cuda> data");
+    });
+  }
+  template <class A, class B>
+  static bool overlap(std::span<A> a, std::span<B> b) {
+    const auto* a0 = reinterpret_cast<const char*>(a.data());
+    const auto* b0 = reinterpret_cast<const char*>(b.data());
+    return a0 < b0 + b.size_bytes() && b0 < a0 + a.size_bytes();
+  }
+
+  std::unique_ptr<detail::nccl_state> s_;
+};
+
+static_assert(communicator<nccl_comm>);
+
+}  // namespace strata

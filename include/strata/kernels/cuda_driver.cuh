@@ -1,0 +1,101 @@
+// The CUDA driver of kernels/: a grid-stride kernel that runs an elementwise functor over
+// a flat shard, and the kernel that steps every decay run of a shard in one launch.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+
+#include "../space/cuda.hpp"
+#include "cuda_run_table.hpp"
+
+namespace strata::kernels {
+
+namespace detail {
+
+inline constexpr int cuda_block = 256;
+inline constexpr int cuda_max_devices = 64;
+
+template <class F>
+__global__ void __launch_bounds__(cuda_block) grid_stride_kernel(std::size_t n, F f) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) f(i);
+}
+
+// Each block walks tiles of the run table; within a tile, consecutive threads take
+// consecutive elements (coalesced). A run's flag is uniform over its tiles, so the branch
+// between the two functors never diverges inside a block.
+template <class F>
+__global__ void __launch_bounds__(cuda_block)
+    runs_kernel(const device_run* runs, int nruns, std::size_t tiles, F decayed, F undecayed) {
+  for (std::size_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int lo = 0, hi = nruns - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (runs[mid].first_tile <= t) lo = mid;
+      else hi = mid - 1;
+    }
+    const device_run r = runs[lo];
+    const std::size_t begin = r.offset + (t - r.first_tile) * cuda_run_tile;
+    const std::size_t end = begin + cuda_run_tile < r.offset + r.count ? begin + cuda_run_tile : r.offset + r.count;
+    if (r.decay) {
+      for (std::size_t i = begin + threadIdx.x; i < end; i += blockDim.x) decayed(i);
+    } else {
+      for (std::size_t i = begin + threadIdx.x; i < end; i += blockDim.x) undecayed(i);
+    }
+  }
+}
+
+// Blocks that fill every multiprocessor of the current device at full occupancy: more
+// only queue behind them, since every kernel here loops grid-stride. Cached per device
+// and kernel, so a launch costs one cudaGetDevice.
+template <class Kernel>
+int resident_blocks(Kernel kernel) {
+  static std::atomic<int> cache[cuda_max_devices] = {};
+  const int dev = current_device();
+  const int slot = dev < cuda_max_devices ? dev : 0;
+  int blocks = dev < cuda_max_devices ? cache[slot].load(std::memory_order_relaxed) : 0;
+  if (blocks == 0) {
+    int sms = 0, per_sm = 0;
+    STRATA_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    STRATA_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, cuda_block, 0));
+    blocks = std::max(1, sms * per_sm);
+    if (dev < cuda_max_devices) cache[slot].store(blocks, std::memory_order_relaxed);
+  }
+  return blocks;
+}
+
+inline void check_launch(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    throw cuda_error(strata::detail::cat(what, ": kernel launch failed: ", strata::detail::cuda_error_text(e)));
+}
+
+}  // namespace detail
+
+// Runs f(i) for every i in [0, n) on `stream` (asynchronously). f is copied to the
+// device by value: its pointers must be device-accessible.
+template <class F>
+void run_cuda(std::size_t n, const F& f, cudaStream_t stream) {
+  if (n == 0) return;
+  constexpr auto kernel = &detail::grid_stride_kernel<F>;
+  const std::size_t needed = (n + detail::cuda_block - 1) / detail::cuda_block;
+  const int blocks = static_cast<int>(std::min<std::size_t>(needed, detail::resident_blocks(kernel)));
+  kernel<<<blocks, detail::cuda_block, 0, stream>>>(n, f);
+  detail::check_launch("run_cuda");
+}
+
+// Runs decayed(i) for the elements of the table's decay runs and undecayed(i) for those
+// of its other runs, in one launch on `stream`; elements outside every run are untouched.
+template <class F>
+void run_cuda_runs(const cuda_run_table& table, const F& decayed, const F& undecayed, cudaStream_t stream) {
+  if (table.tiles() == 0) return;
+  constexpr auto kernel = &detail::runs_kernel<F>;
+  const int blocks = static_cast<int>(std::min<std::size_t>(table.tiles(), detail::resident_blocks(kernel)));
+  kernel<<<blocks, detail::cuda_block, 0, stream>>>(table.device_data(), table.runs(), table.tiles(), decayed,
+                                                    undecayed);
+  detail::check_launch("run_cuda_runs");
+}
+
+}  // namespace strata::kernels

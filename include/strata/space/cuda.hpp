@@ -1,0 +1,176 @@
+// The CUDA spaces: device memory (cudaMalloc, never managed memory) and pinned host
+// memory (cudaMallocHost), with byte accounting, device discovery and choice by local rank.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstring>
+
+#include "../core/buffer.hpp"
+#include "../core/error.hpp"
+#include "cuda_stream.hpp"
+#include "detail/cuda_check.hpp"
+#include "host.hpp"
+
+namespace strata {
+
+// The number of CUDA devices this process can use; 0 when there is no driver, no
+// device, or CUDA_VISIBLE_DEVICES hides them all. Never throws.
+inline int cuda_device_count() noexcept {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+inline bool cuda_available() noexcept { return cuda_device_count() > 0; }
+
+// Throws a cuda_error saying why no device can be used, and what to check.
+inline void require_cuda(const char* who = "strata") {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw cuda_error(detail::cat(who, ": no usable CUDA device: ", detail::cuda_error_text(e),
+                                 ". Check that an NVIDIA driver is loaded (nvidia-smi) and is at least as new as the "
+                                 "CUDA runtime this program was built with (", CUDART_VERSION / 1000, ".",
+                                 CUDART_VERSION % 1000 / 10, ")"));
+  }
+  expects<cuda_error>(n > 0, [&] {
+    return detail::cat(who, ": the CUDA driver reports no device; check CUDA_VISIBLE_DEVICES");
+  });
+}
+
+// The device a process with this local rank (its index among the processes of its
+// node) uses: device local_rank, or device 0 when each process sees exactly one device
+// (a launcher that sets CUDA_VISIBLE_DEVICES per process, as Slurm's --gpus-per-task).
+inline int device_for_local_rank(int local_rank) {
+  require_cuda("device_for_local_rank");
+  const int n = cuda_device_count();
+  expects<config_error>(local_rank >= 0, [&] { return detail::cat("local rank ", local_rank, " must be >= 0"); });
+  if (n == 1) return 0;
+  expects<cuda_error>(local_rank < n, [&] {
+    return detail::cat("local rank ", local_rank, " has no GPU: this node shows ", n,
+                       " devices. Start at most one process per GPU on each node, or give each process one "
+                       "device through CUDA_VISIBLE_DEVICES");
+  });
+  return local_rank;
+}
+
+// Makes the device of this local rank current for the calling thread and returns it.
+inline int select_device(int local_rank) {
+  const int d = device_for_local_rank(local_rank);
+  STRATA_CHECK_CUDA(cudaSetDevice(d));
+  return d;
+}
+
+inline int current_device() {
+  int d = 0;
+  STRATA_CHECK_CUDA(cudaGetDevice(&d));
+  return d;
+}
+
+// Makes `device` current for a scope and restores the previous one after.
+class device_guard {
+ public:
+  explicit device_guard(int device) : previous_(current_device()) {
+    if (device != previous_) STRATA_CHECK_CUDA(cudaSetDevice(device));
+  }
+  device_guard(const device_guard&) = delete;
+  device_guard& operator=(const device_guard&) = delete;
+  ~device_guard() { (void)cudaSetDevice(previous_); }
+
+ private:
+  int previous_;
+};
+
+// Device memory of the current device. Not readable from the host: buffer<T, cuda>
+// offers data() and size(), and copies go through copy / copy_async.
+struct cuda {
+  static constexpr bool host_accessible = false;
+  static constexpr const char* name = "cuda";
+  static constexpr std::size_t alignment = 256;  // what cudaMalloc guarantees
+
+  static void* allocate(std::size_t bytes) {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw cuda_error(detail::cat("cudaMalloc of ", bytes, " bytes failed: ", detail::cuda_error_text(e),
+                                   " (strata holds ", counters().live.load(), " bytes of device memory)"));
+    }
+    counters().add(bytes);
+    return p;
+  }
+  static void deallocate(void* p, std::size_t bytes) noexcept {
+    (void)cudaFree(p);  // a destructor path: an error here has nowhere to go
+    counters().sub(bytes);
+  }
+  // Zero-fills and waits: a buffer's first use may be on a non-blocking stream, which
+  // the legacy default stream of cudaMemset does not order.
+  static void zero(void* p, std::size_t bytes) {
+    STRATA_CHECK_CUDA(cudaMemset(p, 0, bytes));
+    STRATA_CHECK_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
+  }
+  // Copies between any two of host, pinned and device memory (unified addressing).
+  static void copy(void* dst, const void* src, std::size_t bytes) {
+    STRATA_CHECK_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  }
+  // Queues the copy on `s`; it overlaps the host only when host memory is pinned.
+  static void copy_async(void* dst, const void* src, std::size_t bytes, cudaStream_t s) {
+    STRATA_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
+  }
+  static detail::space_counters& counters() {
+    static detail::space_counters c;
+    return c;
+  }
+};
+
+// Page-locked host memory: readable from the host, and the only host memory that
+// asynchronous copies overlap with (offloaded optimizer state, staging buffers).
+struct pinned {
+  static constexpr bool host_accessible = true;
+  static constexpr const char* name = "pinned";
+  static constexpr std::size_t alignment = 256;
+
+  static void* allocate(std::size_t bytes) {
+    void* p = nullptr;
+    const cudaError_t e = cudaMallocHost(&p, bytes);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw cuda_error(detail::cat("cudaMallocHost of ", bytes, " bytes failed: ", detail::cuda_error_text(e)));
+    }
+    counters().add(bytes);
+    return p;
+  }
+  static void deallocate(void* p, std::size_t bytes) noexcept {
+    (void)cudaFreeHost(p);
+    counters().sub(bytes);
+  }
+  static void zero(void* p, std::size_t bytes) { std::memset(p, 0, bytes); }
+  static void copy(void* dst, const void* src, std::size_t bytes) { cuda::copy(dst, src, bytes); }
+  static detail::space_counters& counters() {
+    static detail::space_counters c;
+    return c;
+  }
+};
+
+static_assert(memory_space<cuda> && memory_space<pinned>);
+
+template <class T>
+using cuda_buffer = buffer<T, cuda>;
+template <class T>
+using pinned_buffer = buffer<T, pinned>;
+
+// Element-wise copies between buffers of any two spaces (sizes must match).
+template <class T, class S1, class S2>
+void copy(buffer<T, S1>& dst, const buffer<T, S2>& src) {
+  expects(dst.size() == src.size(), [&] {
+    return detail::cat("copy: ", src.size(), " elements (", S2::name, ") into ", dst.size(), " (", S1::name, ")");
+  });
+  if (!dst.empty()) cuda::copy(dst.data(), src.data(), dst.bytes());
+}
+
+}  // namespace strata

@@ -1,0 +1,112 @@
+// Owning wrappers of CUDA streams and events (move-only RAII), the ordering tools the
+// device space, the CUDA kernel drivers and the NCCL communicator share.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <utility>
+
+#include "detail/cuda_check.hpp"
+
+namespace strata {
+
+class cuda_event;
+
+// A stream created on the current device. Non-blocking by default: work on it is not
+// implicitly ordered with the legacy default stream, so ordering is always explicit
+// (events), which is what lets communication overlap computation.
+class cuda_stream {
+ public:
+  enum class sync_mode { non_blocking, blocking };
+
+  explicit cuda_stream(sync_mode mode = sync_mode::non_blocking, int priority = 0) {
+    const unsigned flags = mode == sync_mode::non_blocking ? cudaStreamNonBlocking : cudaStreamDefault;
+    STRATA_CHECK_CUDA(cudaStreamCreateWithPriority(&s_, flags, priority));
+  }
+  cuda_stream(const cuda_stream&) = delete;
+  cuda_stream& operator=(const cuda_stream&) = delete;
+  cuda_stream(cuda_stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+  cuda_stream& operator=(cuda_stream&& o) noexcept {
+    if (this != &o) {
+      release();
+      s_ = std::exchange(o.s_, nullptr);
+    }
+    return *this;
+  }
+  ~cuda_stream() { release(); }
+
+  cudaStream_t get() const noexcept { return s_; }
+  // Blocks the host until all work queued so far has finished.
+  void synchronize() const { STRATA_CHECK_CUDA(cudaStreamSynchronize(s_)); }
+  // True when all work queued so far has finished.
+  bool done() const {
+    const cudaError_t e = cudaStreamQuery(s_);
+    if (e == cudaErrorNotReady) return false;
+    STRATA_CHECK_CUDA(e);
+    return true;
+  }
+  // Work queued on this stream after the call waits for `e` (no host block).
+  inline void wait(const cuda_event& e) const;
+
+ private:
+  void release() noexcept {
+    // Destroying a stream with pending work is allowed: the work still completes.
+    if (s_) (void)cudaStreamDestroy(s_);
+    s_ = nullptr;
+  }
+  cudaStream_t s_ = nullptr;
+};
+
+// An event created on the current device. Without timing (the default) it is a pure
+// ordering point, which is cheaper to record and to wait on.
+class cuda_event {
+ public:
+  enum class timing { off, on };
+
+  explicit cuda_event(timing t = timing::off) {
+    STRATA_CHECK_CUDA(cudaEventCreateWithFlags(&e_, t == timing::on ? cudaEventDefault : cudaEventDisableTiming));
+  }
+  cuda_event(const cuda_event&) = delete;
+  cuda_event& operator=(const cuda_event&) = delete;
+  cuda_event(cuda_event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+  cuda_event& operator=(cuda_event&& o) noexcept {
+    if (this != &o) {
+      release();
+      e_ = std::exchange(o.e_, nullptr);
+    }
+    return *this;
+  }
+  ~cuda_event() { release(); }
+
+  cudaEvent_t get() const noexcept { return e_; }
+  // Captures the work queued on `s` so far (nullptr: the legacy default stream).
+  void record(cudaStream_t s) { STRATA_CHECK_CUDA(cudaEventRecord(e_, s)); }
+  void record(const cuda_stream& s) { record(s.get()); }
+  void synchronize() const { STRATA_CHECK_CUDA(cudaEventSynchronize(e_)); }
+  // True once the captured work has finished (also for an event never recorded).
+  bool done() const {
+    const cudaError_t e = cudaEventQuery(e_);
+    if (e == cudaErrorNotReady) return false;
+    STRATA_CHECK_CUDA(e);
+    return true;
+  }
+  // Milliseconds between two recorded, completed events made with timing::on.
+  friend float elapsed_ms(const cuda_event& start, const cuda_event& stop) {
+    float ms = 0;
+    STRATA_CHECK_CUDA(cudaEventElapsedTime(&ms, start.e_, stop.e_));
+    return ms;
+  }
+
+ private:
+  void release() noexcept {
+    if (e_) (void)cudaEventDestroy(e_);
+    e_ = nullptr;
+  }
+  cudaEvent_t e_ = nullptr;
+};
+
+inline void cuda_stream::wait(const cuda_event& e) const { STRATA_CHECK_CUDA(cudaStreamWaitEvent(s_, e.get(), 0)); }
+
+// Makes `s` (nullptr: the legacy default stream) wait for `e` without blocking the host.
+inline void stream_wait(cudaStream_t s, const cuda_event& e) { STRATA_CHECK_CUDA(cudaStreamWaitEvent(s, e.get(), 0)); }
+
+}  // namespace strata

@@ -1,0 +1,29 @@
+// STRATA_CHECK_CUDA: turns a CUDA runtime return code into a strata::cuda_error that
+// names the call, CUDA's error name and text, and the file and line of the check.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <source_location>
+#include <string>
+
+#include "../../core/error.hpp"
+
+namespace strata::detail {
+
+inline std::string cuda_error_text(cudaError_t code) {
+  return cat(cudaGetErrorName(code), " (", cudaGetErrorString(code), ")");
+}
+
+inline void check_cuda(cudaError_t code, const char* call, const std::source_location& loc) {
+  if (code != cudaSuccess) [[unlikely]] {
+    // Reset the runtime's last error (a non-sticky one) so a later, unrelated check
+    // that reads it does not report this failure a second time.
+    (void)cudaGetLastError();
+    throw cuda_error(cat(call, " failed: ", cuda_error_text(code), " [", where(loc), "]"));
+  }
+}
+
+}  // namespace strata::detail
+
+// Throws strata::cuda_error naming the call, CUDA's error text, file and line.
+#define STRATA_CHECK_CUDA(call) ::strata::detail::check_cuda((call), #call, std::source_location::current())

@@ -1,0 +1,158 @@
+// nccl_comm on one GPU (a communicator of size 1), made by both bootstraps: over the host
+// communicator (MPI, or self without MPI) and over the TCP rendezvous of MASTER_ADDR etc.
+// Every collective of size 1 must leave the data as a one-process job defines it.
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <string>
+#include <strata/comm/environment.hpp>
+#include <strata/comm/nccl.hpp>
+#include <strata/comm/detail/rendezvous.hpp>
+#include <strata/space/cuda.hpp>
+#include <vector>
+
+#include "catch.hpp"
+
+namespace {
+
+template <class T>
+std::vector<T> to_host(const strata::cuda_buffer<T>& d, cudaStream_t s) {
+  std::vector<T> h(d.size());
+  strata::cuda::copy_async(h.data(), d.data(), d.bytes(), s);
+  STRATA_CHECK_CUDA(cudaStreamSynchronize(s));
+  return h;
+}
+
+template <class T>
+strata::cuda_buffer<T> to_device(const std::vector<T>& h) {
+  strata::cuda_buffer<T> d(h.size());
+  strata::cuda::copy(d.data(), h.data(), d.bytes());
+  return d;
+}
+
+std::vector<float> random_floats(std::size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+template <class F>
+std::string comm_error_of(F&& f) {
+  try {
+    f();
+  } catch (const strata::comm_error& e) {
+    return e.what();
+  }
+  return "(no comm_error)";
+}
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// One MPI session for the whole program: MPI cannot start again once finalized.
+strata::environment& env() {
+  static strata::environment e;
+  return e;
+}
+
+// Every collective of a size-1 communicator, checked against its one-process meaning.
+void check_collectives(strata::nccl_comm& c) {
+  REQUIRE(c.size() == 1);
+  REQUIRE(c.rank() == 0);
+  strata::cuda_stream compute;
+  c.set_compute_stream(compute.get());
+  const std::size_t n = 100'003;
+  const auto input = random_floats(n, 11);
+
+  auto x = to_device(input);
+  for (auto op : {strata::reduce_op::sum, strata::reduce_op::max, strata::reduce_op::min, strata::reduce_op::avg}) {
+    c.all_reduce(x.span(), op);
+    CHECK(to_host(x, compute.get()) == input);
+  }
+  c.broadcast(x.span(), 0);
+  CHECK(to_host(x, compute.get()) == input);
+
+  strata::cuda_buffer<float> y(n);
+  c.reduce_scatter(std::span<const float>(x.span()), y.span());
+  CHECK(to_host(y, compute.get()) == input);
+  strata::cuda_buffer<float> z(n);
+  c.all_gather(std::span<const float>(y.span()), z.span());
+  CHECK(to_host(z, compute.get()) == input);
+  c.all_gather(std::span<const float>(z.span()), z.span());  // in place: block 0 is the input
+  CHECK(to_host(z, compute.get()) == input);
+
+  strata::cuda_buffer<float> w(n);
+  c.send_recv(std::span<const float>(x.span()), 0, w.span(), 0);
+  CHECK(to_host(w, compute.get()) == input);
+
+  // Other element types: integers and 16-bit floats pass through NCCL's own types.
+  std::vector<std::int64_t> ints(1000);
+  std::iota(ints.begin(), ints.end(), -500);
+  auto di = to_device(ints);
+  c.all_reduce(di.span(), strata::reduce_op::avg);
+  CHECK(to_host(di, compute.get()) == ints);
+  std::vector<strata::bf16> halves;
+  for (float f : random_floats(1000, 3)) halves.push_back(strata::bf16(f));
+  auto dh = to_device(halves);
+  c.all_reduce(dh.span());
+  CHECK(to_host(dh, compute.get()) == halves);
+
+  // Asynchronous forms: the request completes, and the compute stream is ordered after it.
+  auto r = c.all_reduce_async(x.span());
+  r.wait();
+  CHECK_FALSE(r.pending());
+  auto b = c.barrier_async();
+  c.synchronize();
+  CHECK(b.test());
+  c.barrier();
+  CHECK(to_host(x, compute.get()) == input);
+
+  // A split of one rank is again a communicator of size 1.
+  auto sub = c.split(0, 0);
+  CHECK(sub.size() == 1);
+  CHECK(sub.name() == c.name() + "/0");
+  sub.all_reduce(x.span());
+  sub.synchronize();
+  CHECK(to_host(x, compute.get()) == input);
+}
+
+}  // namespace
+
+TEST_CASE("bootstrap over the host communicator (MPI broadcast of the ncclUniqueId)") {
+  strata::select_device(env().local_rank());
+  strata::nccl_comm c(env().world(), {.name = "world_nccl"});
+  CHECK(c.name() == "world_nccl");
+  CHECK(c.device() == strata::current_device());
+  check_collectives(c);
+}
+
+TEST_CASE("bootstrap without MPI (TCP rendezvous from MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE)") {
+  const int port = strata::detail::rendezvous_server(0, "127.0.0.1").port();
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  ::setenv("RANK", "0", 1);
+  ::setenv("WORLD_SIZE", "1", 1);
+  ::setenv("LOCAL_RANK", "0", 1);
+  auto c = strata::nccl_comm::from_env();
+  CHECK(c.device() == 0);
+  check_collectives(c);
+  // Moving keeps the communicator working.
+  strata::nccl_comm moved = std::move(c);
+  strata::cuda_buffer<float> x(16);
+  moved.all_reduce(x.span());
+  moved.synchronize();
+}
+
+TEST_CASE("bad arguments are comm_errors that name the operation") {
+  strata::nccl_comm c(env().world());
+  strata::cuda_buffer<float> a(10), b(20);
+  CHECK(has(comm_error_of([&] { c.reduce_scatter(std::span<const float>(a.span()), b.span()); }),
+            "reduce_scatter on nccl: input has 10 elements, expected out (20) x size (1) = 20"));
+  CHECK(has(comm_error_of([&] { c.all_gather(std::span<const float>(a.span()), b.span()); }),
+            "all_gather on nccl: output has 20 elements, expected in (10) x size (1) = 10"));
+  CHECK(has(comm_error_of([&] { c.broadcast(a.span(), 1); }), "broadcast root 1 on nccl: not a rank"));
+  CHECK(has(comm_error_of([&] { c.send(std::span<const float>(a.span()), 0); }), "use send_recv"));
+  CHECK(has(comm_error_of([&] { c.split(-1, 0); }), "color -1 must be >= 0"));
+  std::vector<float> host(10);
+  CHECK(has(comm_error_of([&] { c.all_reduce(std::span<float>(host)); }), "is not device memory"));
+}
