@@ -84,14 +84,27 @@ options parse(int argc, char** argv) {
   return o;
 }
 
+// Each stream starts at its own offset modulo 4 KiB (STREAM's OFFSET): large
+// allocations all start at the same page offset, and streams whose i-th elements share
+// address bits 0-11 make loads wait on unrelated stores (4K aliasing), which would slow
+// the kernels and the triad by different amounts.
+constexpr std::size_t stream_skew = 32;  // floats = 128 bytes; 32 streams fit in 4 KiB
+constexpr std::size_t max_streams = 16;
+
 // A host buffer (zero-filled, so touched, by its constructor) set to `value` by the
-// threads and static schedule the kernels use.
-strata::buffer<float, strata::host> touched(std::size_t n, float value) {
-  strata::buffer<float, strata::host> b(n);
-  float* p = b.data();
+// threads and static schedule the kernels use; the stream is data() + skew.
+struct stream {
+  strata::buffer<float, strata::host> buf;
+  float* p;
+  float* data() { return p; }
+};
+stream touched(std::size_t n, float value, std::size_t index) {
+  stream s{strata::buffer<float, strata::host>(n + stream_skew * max_streams), nullptr};
+  s.p = s.buf.data() + stream_skew * index;
+  float* p = s.p;
 #pragma omp parallel for schedule(static)
   for (std::size_t i = 0; i < n; ++i) p[i] = value;
-  return b;
+  return s;
 }
 
 double median_seconds(int reps, const std::function<void()>& run) {
@@ -134,10 +147,14 @@ int main(int argc, char** argv) {
               o.max_log2, o.reps, omp_get_max_threads());
   // 9 float buffers and 2 bf16 ones: 40 bytes per param of the largest size.
   std::printf("allocating and touching %.2f GiB once...\n", double(cap) * 40 / (1 << 30));
-  auto p = touched(cap, 0.5f), g = touched(cap, 1e-3f), m = touched(cap, 0.0f), v = touched(cap, 0.0f);
-  auto ps = touched(cap, 0.5f), buf = touched(cap, 0.0f);
-  auto a = touched(cap, 0.0f), b = touched(cap, 1.0f), c = touched(cap, 2.0f);
-  strata::buffer<strata::bf16, strata::host> g16(cap), p16(cap);
+  auto p = touched(cap, 0.5f, 0), g = touched(cap, 1e-3f, 1), m = touched(cap, 0.0f, 2), v = touched(cap, 0.0f, 3);
+  auto ps = touched(cap, 0.5f, 4), buf = touched(cap, 0.0f, 5);
+  auto a = touched(cap, 0.0f, 6), b = touched(cap, 1.0f, 7), c = touched(cap, 2.0f, 8);
+  // bf16 streams: an element is half as wide, so twice the elements make the same skew.
+  const std::size_t skew16 = 2 * stream_skew;
+  strata::buffer<strata::bf16, strata::host> g16_buf(cap + skew16 * max_streams), p16_buf(cap + skew16 * max_streams);
+  strata::bf16* g16 = g16_buf.data() + skew16 * 9;
+  strata::bf16* p16 = p16_buf.data() + skew16 * 10;
   for (std::size_t i = 0; i < cap; ++i) g16[i] = strata::bf16(1e-3f);
 
   long adam_step = 0, adam16_step = 0, sgd_step = 0, lion_step = 0, naive_step = 0;
@@ -160,8 +177,7 @@ int main(int argc, char** argv) {
        [&](std::size_t n) { naive_adamw(n, p.data(), g.data(), m.data(), v.data(), 1e-4f, ++naive_step); }},
       {"adamw bf16 mixed", 28,  // master, m, v r/w (24) + bf16 grad read (2) + bf16 param write (2)
        [&](std::size_t n) {
-         adam.step(strata::shard_args<strata::bf16, strata::bf16>{p.data(), g16.data(), m.data(), v.data(),
-                                                                  p16.data(), n},
+         adam.step(strata::shard_args<strata::bf16, strata::bf16>{p.data(), g16, m.data(), v.data(), p16, n},
                    1e-4f, 1.0f, true, ++adam16_step);
        }},
       {"sgd momentum fp32", 20,
