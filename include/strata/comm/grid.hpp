@@ -56,7 +56,5 @@ class grid {
 
 template <class C>
 grid(C&, grid_dims) -> grid<C>;
-template <class C>
-grid(C&) -> grid<C>;
 
 }  // namespace strata

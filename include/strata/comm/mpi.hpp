@@ -25,7 +25,9 @@ struct mpi_testing;
 
 // Buffers passed to an *_async call belong to the operation until its request completes.
 // Blocking forms are the asynchronous ones followed by wait(). Operations on one
-// communicator run in call order; requests must not outlive their communicator.
+// communicator run in call order, like a CUDA stream: consecutive sends and receives are in
+// flight together (so a ring exchange can proceed), and a collective starts once everything
+// queued before it completed. Requests must not outlive their communicator.
 class mpi_comm {
  public:
   // Duplicates `parent` (collective over it), so strata's traffic never matches the user's.
@@ -42,7 +44,7 @@ class mpi_comm {
   const std::string& name() const { return state().name(); }
   void set_name(std::string name) { state().set_name(std::move(name)); }
   // How long one operation may run before the job is aborted (STRATA_COMM_TIMEOUT or 300 s).
-  std::chrono::duration<double> timeout() const { return s_->queue().timeout(); }
+  std::chrono::duration<double> timeout() const { return state().queue().timeout(); }
   void set_timeout(std::chrono::duration<double> t) { state().queue().set_timeout(t); }
 
   // ---- asynchronous forms ----

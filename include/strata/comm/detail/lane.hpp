@@ -100,16 +100,6 @@ class lane final : public request_source {
     if (e) std::rethrow_exception(e);
   }
 
-  // Waits until everything submitted so far completed; errors stay with their requests.
-  void drain() {
-    std::uint64_t last;
-    {
-      std::lock_guard lk(m_);
-      last = submitted_;
-    }
-    if (completed_.load(std::memory_order_acquire) < last) wait_slow(last);
-  }
-
   void set_timeout(std::chrono::duration<double> t) {
     expects<config_error>(t.count() > 0, cat("communicator time-out of ", t.count(), " s: must be positive"));
     timeout_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(t).count(), std::memory_order_relaxed);
@@ -151,6 +141,7 @@ class lane final : public request_source {
 
   void loop() {
     std::uint64_t started = 0, completed = 0;
+    int idle_polls = 0;
     std::array<bool, capacity> done{};
     for (;;) {
       std::uint64_t available = submitted_seen_.load(std::memory_order_acquire);
@@ -184,8 +175,18 @@ class lane final : public request_source {
         done_cv_.notify_all();
         progressed = true;
       }
-      // Posted point-to-point operations are in flight and nothing else can start.
-      if (!progressed) std::this_thread::yield();
+      // Posted point-to-point operations are in flight and nothing else can start. Poll
+      // hard for a moment (a reply is often close), then at most every 50 us so that a
+      // receive posted long before its send does not take a core from the caller's compute.
+      if (progressed) {
+        idle_polls = 0;
+      } else if (++idle_polls < 200) {
+        std::this_thread::yield();
+      } else {
+        std::unique_lock lk(m_);
+        const std::uint64_t seen = submitted_;  // wake early only for something new
+        work_cv_.wait_for(lk, std::chrono::microseconds(50), [&] { return submitted_ > seen; });
+      }
     }
   }
 
