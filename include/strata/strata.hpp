@@ -33,10 +33,14 @@
 #include "optim/sgd.hpp"
 
 #include "parallel/bucket_plan.hpp"
+#include "parallel/pipeline.hpp"
 #include "parallel/policies.hpp"
 #include "parallel/precision.hpp"
+#include "parallel/tensor_parallel.hpp"
 
 #include "nn/all.hpp"
+
+#include "io/checkpoint.hpp"
 
 #include "train/batch.hpp"
 #include "train/dispatch.hpp"

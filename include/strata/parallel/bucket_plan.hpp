@@ -30,17 +30,24 @@ class bucket_plan {
   static constexpr std::size_t piece_alignment = 16;
 
   bucket_plan() = default;
-  bucket_plan(const flat_layout& layout, int ranks, std::size_t bucket_elems) : ranks_(ranks) {
-    expects<config_error>(ranks > 0, detail::cat("bucket plan for ", ranks, " ranks: need at least 1"));
+  // Plans the layers [layer_begin, layer_end) of the layout: a pipeline stage plans its own.
+  bucket_plan(const flat_layout& layout, int ranks, std::size_t bucket_elems, std::size_t layer_begin = 0,
+              std::size_t layer_end = static_cast<std::size_t>(-1))
+      : ranks_(ranks) {
+    expects<config_error>(ranks > 0, [&] { return detail::cat("bucket plan for ", ranks, " ranks: need at least 1"); });
     expects<config_error>(bucket_elems > 0, "bucket size must be at least 1 element");
     const auto& segs = layout.segments();
     layers_ = segs.size();
+    layer_end = std::min(layer_end, segs.size());
+    expects<config_error>(layer_begin < layer_end || segs.empty(), [&] {
+      return detail::cat("bucket plan for layers [", layer_begin, ", ", layer_end, ") of ", segs.size(), ": empty");
+    });
     // Walk layers from the last: backward produces their gradients first.
     std::vector<bucket> reversed;
-    std::size_t end = segs.size();
-    while (end > 0) {
+    std::size_t end = layer_end;
+    while (end > layer_begin) {
       std::size_t first = end, elems = 0;
-      while (first > 0 && (elems == 0 || elems + segs[first - 1].size <= bucket_elems)) {
+      while (first > layer_begin && (elems == 0 || elems + segs[first - 1].size <= bucket_elems)) {
         --first;
         elems += segs[first].size;
         if (elems >= bucket_elems) break;
@@ -70,7 +77,9 @@ class bucket_plan {
     }
     total_ = offset;
     shard_size_ = shard;
-    for (const auto& p : layout.params()) params_.push_back({to_padded(p.offset), p.numel, p.decay});
+    for (const auto& p : layout.params())
+      if (p.layer_index >= layer_begin && p.layer_index < layer_end)
+        params_.push_back({to_padded(p.offset), p.numel, p.decay});
   }
 
   int ranks() const noexcept { return ranks_; }

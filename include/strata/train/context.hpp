@@ -1,15 +1,18 @@
 // The context a trainer hands to every layer's forward and backward: the space the
-// step runs in and what the current micro-batch provides (its targets, for loss layers).
+// step runs in, the tensor-parallel communicator, and what the current micro-batch
+// provides (its targets, for loss layers).
 #pragma once
+#include "../comm/environment.hpp"
 #include "../core/error.hpp"
 #include "../space/tensor.hpp"
 
 namespace strata {
 
-template <class Space>
+template <class Space, class Comm = world_comm>
 class context {
  public:
   using space_type = Space;
+  using comm_type = Comm;
 
   // Targets of the micro-batch being computed: class ids as floats [B] for
   // cross-entropy, values [B, F] for mse.
@@ -18,11 +21,18 @@ class context {
     return *targets_;
   }
   void set_targets(const tensor<float, Space>* t) noexcept { targets_ = t; }
+  // The tensor-parallel group (size 1 without tensor parallelism).
+  Comm& tp() const {
+    expects(tp_ != nullptr, "a tensor-parallel layer ran without a tensor-parallel communicator in its context");
+    return *tp_;
+  }
+  void set_tp(Comm* c) noexcept { tp_ = c; }
   int micro_batch() const noexcept { return micro_batch_; }
   void set_micro_batch(int k) noexcept { micro_batch_ = k; }
 
  private:
   const tensor<float, Space>* targets_ = nullptr;
+  Comm* tp_ = nullptr;
   int micro_batch_ = 0;
 };
 

@@ -9,6 +9,7 @@
 #include "../optim/adamw.hpp"
 #include "../optim/lion.hpp"
 #include "../optim/sgd.hpp"
+#include "../parallel/pipeline.hpp"
 #include "../parallel/policies.hpp"
 #include "../parallel/precision.hpp"
 
@@ -24,6 +25,7 @@ struct runtime_policies {
   bool offload = false;           // offload_optimizer (stages 1-3)
   std::string precision = "fp32"; // fp32 | bf16 | fp16
   std::string optimizer = "adamw";// adamw | sgd | lion
+  std::string schedule = "1f1b";  // 1f1b | gpipe (pipeline parallel only)
 };
 
 namespace detail {
@@ -53,6 +55,13 @@ decltype(auto) dispatch_precision(std::string_view name, F&& f) {
 }
 
 template <class F>
+decltype(auto) dispatch_schedule(std::string_view name, F&& f) {
+  if (name == "1f1b") return f(type_tag<one_f_one_b>{});
+  if (name == "gpipe") return f(type_tag<gpipe>{});
+  throw config_error(cat("pipeline schedule '", name, "' is not one of gpipe, 1f1b"));
+}
+
+template <class F>
 decltype(auto) dispatch_optimizer(std::string_view name, F&& f) {
   if (name == "adamw") return f(type_tag<adamw>{});
   if (name == "sgd") return f(type_tag<sgd>{});
@@ -69,6 +78,15 @@ decltype(auto) dispatch(const runtime_policies& p, F&& f) {
     return detail::dispatch_optimizer(p.optimizer, [&](auto o) -> decltype(auto) {
       return detail::dispatch_precision(p.precision, [&](auto pr) -> decltype(auto) { return f(s, o, pr); });
     });
+  });
+}
+
+// Calls f(type_tag<Sharding>, type_tag<Schedule>) for programs whose optimizer and
+// precision are fixed (fewer instantiations).
+template <class F>
+decltype(auto) dispatch_sharding_schedule(const runtime_policies& p, F&& f) {
+  return detail::dispatch_sharding(p, [&](auto s) -> decltype(auto) {
+    return detail::dispatch_schedule(p.schedule, [&](auto sc) -> decltype(auto) { return f(s, sc); });
   });
 }
 

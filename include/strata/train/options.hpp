@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "../core/error.hpp"
 #include "../kernels/rounding.hpp"
@@ -21,6 +22,9 @@ struct trainer_options {
   std::uint64_t seed = 0;                // weight initialisation and stochastic rounding
   loss_scaler_options loss_scaler{};     // fp16 only
   strata::rounding rounding = strata::rounding::nearest_even;
+  // Pipeline stages as layer indices: stage s runs layers [cuts[s], cuts[s+1]). Empty:
+  // balanced by parameter count.
+  std::vector<std::size_t> pipeline_cuts;
 
   void validate() const {
     expects<config_error>(micro_batches >= 1,

@@ -17,6 +17,7 @@ struct step_stats {
   float loss_scale = 1;       // fp16 dynamic loss scale in force for this step
   bool skipped = false;       // non-finite gradients: no update on any rank
   double seconds = 0;         // wall time of the step
+  double idle_seconds = 0;    // time this rank waited for pipeline neighbours
   double samples_per_s = 0;   // global batch rows / seconds
 };
 

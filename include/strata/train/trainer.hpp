@@ -1,9 +1,11 @@
-// trainer<Model, Space, Sharding, Optimizer, Precision>: trains a user's model across the
-// data-parallel ranks of a grid. Every sharding stage runs the same bucket plan through
-// the same reduce-scatter path, so stages 0-3 give bitwise identical weights.
+// trainer<Model, Space, Sharding, Optimizer, Precision, Schedule>: trains a user's model
+// on a tensor x data x pipeline grid. Every sharding stage runs the same bucket plan
+// through the same reduce-scatter path, so ZeRO stages 0-3 give bitwise identical
+// weights; a pipeline stage owns a contiguous run of layers and runs its schedule.
 #pragma once
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -19,12 +21,15 @@
 #include "../model/layout.hpp"
 #include "../optim/clip.hpp"
 #include "../parallel/bucket_plan.hpp"
+#include "../parallel/pipeline.hpp"
 #include "../parallel/policies.hpp"
 #include "../parallel/precision.hpp"
 #include "../space/host.hpp"
 #include "batch.hpp"
 #include "context.hpp"
+#include "detail/consolidate.hpp"
 #include "detail/sharded_state.hpp"
+#include "detail/stage_io.hpp"
 #include "init.hpp"
 #include "layer_table.hpp"
 #include "options.hpp"
@@ -33,11 +38,12 @@
 namespace strata {
 
 template <class Model, class Space = host, class Sharding = replicated, class Optimizer = adamw,
-          class Precision = fp32>
+          class Precision = fp32, class Schedule = one_f_one_b>
 class trainer {
   static_assert(strata::model<Model>, "strata::trainer<Model, ...>: Model must satisfy strata::model (see model/concepts.hpp)");
   static_assert(sharding_policy<Sharding>, "strata::trainer: Sharding must be strata::replicated or strata::zero<S, ...>");
   static_assert(precision_policy<Precision>, "strata::trainer: Precision must be strata::fp32 or strata::mixed<bf16|fp16>");
+  static_assert(pipeline_schedule<Schedule>, "strata::trainer: Schedule must be strata::gpipe or strata::one_f_one_b");
   static_assert(std::is_same_v<Space, host>, "strata::trainer: no specialization for this space yet (host only)");
   static_assert(!(Sharding::offload && Sharding::stage == 0), "strata::trainer: offload_optimizer needs zero<1|2|3>");
 
@@ -47,88 +53,118 @@ class trainer {
   using sharding = Sharding;
   using optimizer_type = Optimizer;
   using precision = Precision;
+  using schedule = Schedule;
   using compute_t = typename Precision::compute_type;
   using comm_t = world_comm;
   using grid_t = grid<comm_t>;
-  using ctx_t = context<Space>;
+  using ctx_t = context<Space, comm_t>;
   using tensor_t = tensor<float, Space>;
   static constexpr int stage = Sharding::stage;
 
   trainer(grid_t& g, Model model, trainer_options opts = {}, Optimizer opt = {})
       : grid_(g), dp_(g.data()), model_(std::move(model)), opts_(std::move(opts)), opt_(opt) {
     opts_.validate();
-    expects<config_error>(g.tp_size() == 1 && g.pp_size() == 1,
-                          detail::cat("strata::trainer: tensor/pipeline sizes ", g.tp_size(), "/", g.pp_size(),
-                                      " need the tensor- and pipeline-parallel trainer; this one is data parallel"));
     assign_names(model_);
     layout_ = flat_layout::of(model_);
-    plan_ = bucket_plan(layout_, dp_.size(), opts_.bucket_elems);
-    table_ = detail::make_layer_table<ctx_t>(model_, 1);
+    table_ = detail::make_layer_table<ctx_t>(model_, static_cast<std::size_t>(opts_.micro_batches));
+    choose_stage_layers();
+    plan_ = bucket_plan(layout_, dp_.size(), opts_.bucket_elems, first_layer_, end_layer_);
     state_.allocate(plan_, stage, Optimizer::state_slots, Precision::is_mixed, dp_.rank());
     collect_param_offsets();
     bind_static_pointers();
     initialise_weights();
-    acts_.resize(table_.size() + 1);
-    dacts_.resize(table_.size() + 1);
+    const std::size_t nl = end_layer_ - first_layer_;
+    acts_.resize(static_cast<std::size_t>(opts_.micro_batches));
+    for (auto& slot : acts_) slot.resize(nl + 1);
+    dacts_.resize(nl + 1);
+    sends_.resize(static_cast<std::size_t>(opts_.micro_batches));
+    slot_of_.assign(static_cast<std::size_t>(opts_.micro_batches), 0);
+    actions_ = schedule_for<Schedule>(pp_rank(), pp_size(), opts_.micro_batches);
     gather_reqs_.reserve(plan_.buckets().size());
+    ctx_.set_tp(&grid_.tensor());
+    if (pp_size() > 1) {
+      // One communicator (lane) per direction: see detail/stage_io.hpp.
+      pp_fwd_.emplace(grid_.pipeline().split(0, pp_rank()));
+      pp_bwd_.emplace(grid_.pipeline().split(0, pp_rank()));
+    }
+    if (grid_.tp_size() > 1 && grid_.tp_rank() != 0) collect_tp_norm_runs();
   }
 
   trainer(const trainer&) = delete;
   trainer& operator=(const trainer&) = delete;
 
-  // One optimizer step over this rank's rows of the global batch.
+  // One optimizer step over this rank's rows of the global batch: the micro-batches run
+  // through the pipeline schedule, then the shards step.
   step_stats step(const batch<Space>& b) {
     const auto t0 = std::chrono::steady_clock::now();
-    const int K = opts_.micro_batches;
-    const std::int64_t rows = b.inputs.shape().rank ? b.inputs.dim(0) : 0;
-    expects<config_error>(rows > 0 && rows % K == 0,
-                          detail::cat("strata::trainer::step: the batch has ", rows, " rows, which ", K,
-                                      " micro-batches do not divide"));
-    expects<config_error>(b.targets.shape().rank > 0 && b.targets.dim(0) == rows,
-                          detail::cat("strata::trainer::step: targets have ", b.targets.shape().str(),
-                                      " but inputs have ", rows, " rows"));
+    check_batch(b);
     const float scale = loss_scale();
+    idle_ = 0;
     double loss_sum = 0;
-    for (int k = 0; k < K; ++k) {
-      slice_rows(b.inputs, k, K, acts_[0]);
-      slice_rows(b.targets, k, K, mb_targets_);
-      ctx_.set_targets(&mb_targets_);
-      ctx_.set_micro_batch(k);
-      forward_pass();
-      loss_sum += acts_.back()[0];
-      backward_pass(scale / static_cast<float>(K), k == 0);
+    bool first_backward = true;
+    int free_slot = 0;
+    for (const auto& a : actions_) {
+      const int m = a.micro_batch;
+      if (a.forward) {
+        // A micro-batch takes the lowest free slot; 1F1B frees one per backward, so it
+        // never uses more than (stages - stage) slots.
+        const int slot = free_slot;
+        slot_of_[static_cast<std::size_t>(m)] = slot;
+        free_slot = next_free_slot(slot);
+        forward_micro_batch(b, m, slot);
+        if (is_last_stage()) loss_sum += acts_[static_cast<std::size_t>(slot)].back()[0];
+      } else {
+        backward_micro_batch(m, scale / static_cast<float>(opts_.micro_batches), first_backward);
+        first_backward = false;
+        in_use_[static_cast<std::size_t>(slot_of_[static_cast<std::size_t>(m)])] = false;
+        free_slot = next_free_slot(-1);
+      }
     }
-    // Mean loss over micro-batches, then over ranks.
-    float loss = static_cast<float>(loss_sum / K);
-    dp_.all_reduce(std::span<float>(&loss, 1), reduce_op::avg);
+    for (auto& s : sends_) s.wait();
+    if (bwd_send_) bwd_send_->wait();
 
     step_stats s;
     s.step = ++step_;
-    s.loss = loss;
+    s.loss = finish_loss(loss_sum);
     s.loss_scale = scale;
     s.lr = opts_.schedule.lr(step_ - 1);
-    // One all-reduce gives both the global norm and the overflow verdict: a non-finite
-    // gradient on any rank makes the sum non-finite on every rank.
-    double sq = kernels::sum_squares(std::span<const float>(state_.grad_shard.data(), state_.grad_shard.size()));
+    // One sum gives the global norm and the overflow verdict: a non-finite gradient on
+    // any rank makes it non-finite everywhere.
+    double sq = local_grad_square_sum();
     dp_.all_reduce(std::span<double>(&sq, 1), reduce_op::sum);
+    if (grid_.tp_size() > 1) grid_.tensor().all_reduce(std::span<double>(&sq, 1), reduce_op::sum);
+    if (pp_size() > 1) grid_.pipeline().all_reduce(std::span<double>(&sq, 1), reduce_op::sum);
     const double unscale = 1.0 / (static_cast<double>(dp_.size()) * scale);
     s.grad_norm = std::sqrt(sq) * unscale;
-    const bool overflow = !std::isfinite(sq) || !std::isfinite(loss);
-    const bool apply = scaler_update(overflow);
-    if (!apply) {
+    const bool overflow = !std::isfinite(sq) || !std::isfinite(s.loss);
+    if (!scaler_.update(overflow)) {
       s.skipped = true;
       skipped_.push_back(s.step);
+      std::fill(state_.grad_shard.begin(), state_.grad_shard.end(), 0.0f);
     } else {
       const float coef = clip_coefficient(s.grad_norm, opts_.max_grad_norm);
-      apply_update(s.lr, static_cast<float>(coef * unscale), step_ - skipped_count());
+      apply_update(s.lr, static_cast<float>(coef * unscale), step_ - static_cast<long>(skipped_.size()));
     }
-    const auto t1 = std::chrono::steady_clock::now();
-    s.seconds = std::chrono::duration<double>(t1 - t0).count();
-    s.samples_per_s = static_cast<double>(rows) * dp_.size() / s.seconds;
+    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    s.idle_seconds = idle_;
+    s.samples_per_s = static_cast<double>(b.inputs.dim(0)) * dp_.size() / s.seconds;
     return s;
   }
 
-  // fp32 master weights of every param, in parameter order, unpadded (collective).
+  // The mean loss of a batch under the current weights, without training (collective).
+  float evaluate(const batch<Space>& b) {
+    check_batch(b);
+    double loss_sum = 0;
+    for (int m = 0; m < opts_.micro_batches; ++m) {
+      forward_micro_batch(b, m, 0);
+      if (is_last_stage()) loss_sum += acts_[0].back()[0];
+    }
+    for (auto& s : sends_) s.wait();
+    return finish_loss(loss_sum);
+  }
+
+  // fp32 master weights of the whole model in parameter order, tensor-parallel slices
+  // assembled and pipeline stages concatenated, unpadded (collective over the grid).
   std::vector<float> gather_master() {
     std::vector<float> full_padded(plan_.total());
     if constexpr (stage == 0) {
@@ -140,20 +176,21 @@ class trainer {
                        std::span<float>(full_padded.data() + bk.offset, bk.size));
       }
     }
-    std::vector<float> out;
-    out.reserve(layout_.params().size() ? plan_.total() : 0);
-    for (std::size_t i = 0; i < layout_.params().size(); ++i) {
-      const auto& slot = layout_.params()[i];
+    std::vector<float> mine;
+    std::vector<const param<float>*> params;
+    for (std::size_t i : stage_params_) {
       const float* p = full_padded.data() + param_offset_[i];
-      out.insert(out.end(), p, p + slot.numel);
+      mine.insert(mine.end(), p, p + layout_.params()[i].numel);
+      params.push_back(all_params_[i]);
     }
-    return out;
+    return detail::concat_stages(grid_.pipeline(), detail::gather_tensor_slices(grid_.tensor(), params, mine));
   }
 
   // Writes a checkpoint of the current step under dir (collective); `extra` is kept
   // verbatim (a data position, say) and returned by load().
   void save(const std::filesystem::path& dir, nlohmann::json extra = nlohmann::json::object(),
             const checkpoint_options& o = {}) {
+    require_data_parallel_only("save");
     auto st = checkpoint_view();
     st.extra = std::move(extra);
     save_checkpoint(dp_, st, dir, o);
@@ -162,6 +199,7 @@ class trainer {
   // Loads a checkpoint saved at any data-parallel size and stage; training continues
   // from its step exactly as the saved run would have (collective).
   nlohmann::json load(const std::filesystem::path& dir) {
+    require_data_parallel_only("load");
     auto st = checkpoint_view();
     load_checkpoint(dp_, st, dir);
     step_ = st.step;
@@ -172,23 +210,7 @@ class trainer {
     return st.extra;
   }
 
-  // The mean loss of a batch under the current weights, without training (collective).
-  float evaluate(const batch<Space>& b) {
-    const int K = opts_.micro_batches;
-    double loss_sum = 0;
-    for (int k = 0; k < K; ++k) {
-      slice_rows(b.inputs, k, K, acts_[0]);
-      slice_rows(b.targets, k, K, mb_targets_);
-      ctx_.set_targets(&mb_targets_);
-      forward_pass();
-      loss_sum += acts_.back()[0];
-    }
-    float loss = static_cast<float>(loss_sum / K);
-    dp_.all_reduce(std::span<float>(&loss, 1), reduce_op::avg);
-    return loss;
-  }
-
-  memory_report memory() const { return state_.report(plan_, stage, Sharding::offload, acts_bytes()); }
+  memory_report memory() const { return state_.report(plan_, stage, Sharding::offload, activation_bytes()); }
   const flat_layout& layout() const noexcept { return layout_; }
   const bucket_plan& plan() const noexcept { return plan_; }
   const std::vector<long>& skipped_steps() const noexcept { return skipped_; }
@@ -197,79 +219,123 @@ class trainer {
   Model& model() noexcept { return model_; }
   grid_t& grid_ref() noexcept { return grid_; }
   const trainer_options& options() const noexcept { return opts_; }
+  // This pipeline stage's layers [first, end) in model order.
+  std::pair<std::size_t, std::size_t> stage_layers() const noexcept { return {first_layer_, end_layer_}; }
+  // Activation bytes held for in-flight micro-batches (grows to the schedule's peak).
+  std::size_t activation_bytes() const {
+    std::size_t n = 0;
+    for (auto& slot : acts_)
+      for (auto& t : slot) n += t.capacity() * sizeof(float);
+    for (auto& t : dacts_) n += t.capacity() * sizeof(float);
+    return n;
+  }
 
  private:
-  checkpoint_state checkpoint_view() {
-    checkpoint_state st;
-    for (const auto& slot : layout_.params()) {
-      st.names.push_back(slot.name);
-      st.shapes.push_back(slot.shape);
-    }
-    st.param_offset = param_offset_;
-    st.plan = &plan_;
-    st.optimizer = Optimizer::name;
-    st.precision = Precision::name;
-    st.state_slots = Optimizer::state_slots;
-    st.stage = stage;
-    st.dp_rank = dp_.rank();
-    st.dp_size = dp_.size();
-    st.replicated_master = stage == 0;
-    st.arrays[0] = state_.master.data();
-    st.arrays[1] = state_.state0.data();
-    st.arrays[2] = state_.state1.data();
-    st.owned = state_.master.size();
-    st.for_each_owned = [this](std::size_t lo, std::size_t hi,
-                               const std::function<void(std::size_t, std::size_t, std::size_t)>& f) {
-      state_.for_each_master_range(plan_, stage, lo, hi, f);
-    };
-    st.step = step_;
-    st.skipped = skipped_;
-    st.scaler = scaler_.save();
-    st.seed = opts_.seed;
-    return st;
+  int pp_rank() const { return grid_.pp_rank(); }
+  int pp_size() const { return grid_.pp_size(); }
+  bool is_first_stage() const { return pp_rank() == 0; }
+  bool is_last_stage() const { return pp_rank() == pp_size() - 1; }
+
+  void require_data_parallel_only(const char* what) const {
+    expects<config_error>(grid_.tp_size() == 1 && pp_size() == 1, [&] {
+      return detail::cat("strata::trainer::", what, ": sharded checkpoints of tensor/pipeline-parallel runs (tp ",
+                         grid_.tp_size(), ", pp ", pp_size(), ") are not supported yet; export the consolidated weights");
+    });
+  }
+
+  void check_batch(const batch<Space>& b) const {
+    const int K = opts_.micro_batches;
+    const std::int64_t rows = b.inputs.shape().rank ? b.inputs.dim(0) : 0;
+    expects<config_error>(rows > 0 && rows % K == 0, [&] {
+      return detail::cat("strata::trainer::step: the batch has ", rows, " rows, which ", K, " micro-batches do not divide");
+    });
+    expects<config_error>(b.targets.shape().rank > 0 && b.targets.dim(0) == rows, [&] {
+      return detail::cat("strata::trainer::step: targets have ", b.targets.shape().str(), " but inputs have ", rows, " rows");
+    });
+  }
+
+  // Mean loss over micro-batches on the last stage, sent to every stage, averaged over
+  // the data-parallel ranks (tensor-parallel ranks already agree).
+  float finish_loss(double loss_sum) {
+    float loss = static_cast<float>(loss_sum / opts_.micro_batches);
+    if (pp_size() > 1) grid_.pipeline().broadcast(std::span<float>(&loss, 1), pp_size() - 1);
+    dp_.all_reduce(std::span<float>(&loss, 1), reduce_op::avg);
+    return loss;
+  }
+
+  int next_free_slot(int taken) {
+    if (in_use_.size() != acts_.size()) in_use_.assign(acts_.size(), false);
+    if (taken >= 0) in_use_[static_cast<std::size_t>(taken)] = true;
+    for (std::size_t i = 0; i < in_use_.size(); ++i)
+      if (!in_use_[i]) return static_cast<int>(i);
+    return 0;
   }
 
   // ---- construction -----------------------------------------------------------------
+  void choose_stage_layers() {
+    const std::size_t L = table_.size();
+    if (pp_size() == 1) {
+      first_layer_ = 0;
+      end_layer_ = L;
+      return;
+    }
+    std::vector<std::size_t> cuts = opts_.pipeline_cuts;
+    if (cuts.empty()) {
+      std::vector<std::size_t> sizes;
+      for (const auto& seg : layout_.segments()) sizes.push_back(seg.used);
+      cuts = balance_stages(sizes, pp_size());
+    }
+    expects<config_error>(cuts.size() == static_cast<std::size_t>(pp_size()) + 1 && cuts.front() == 0 &&
+                              cuts.back() == L && std::is_sorted(cuts.begin(), cuts.end()) &&
+                              std::adjacent_find(cuts.begin(), cuts.end()) == cuts.end(),
+                          [&] {
+                            return detail::cat("pipeline_cuts must be ", pp_size() + 1,
+                                               " increasing layer indices from 0 to ", L);
+                          });
+    first_layer_ = cuts[static_cast<std::size_t>(pp_rank())];
+    end_layer_ = cuts[static_cast<std::size_t>(pp_rank()) + 1];
+  }
+
   void collect_param_offsets() {
-    for (const auto& slot : layout_.params()) param_offset_.push_back(plan_.to_padded(slot.offset));
     std::size_t i = 0;
-    for (auto& e : table_)
-      for (auto* p : e.params) {
+    for (std::size_t l = 0; l < table_.size(); ++l) {
+      layer_first_param_.push_back(i);
+      for (auto* p : table_[l].params) {
         expects(i < layout_.params().size() && p->name == layout_.params()[i].name,
                 "strata::trainer: the layer walk and the flat layout disagree on the param order");
         all_params_.push_back(p);
-        layer_param_offset_.push_back(param_offset_[i++]);
+        const bool mine = l >= first_layer_ && l < end_layer_;
+        param_offset_.push_back(mine ? plan_.to_padded(layout_.params()[i].offset) : 0);
+        if (mine) stage_params_.push_back(i);
+        ++i;
       }
-    std::size_t first = 0;
-    for (auto& e : table_) {
-      layer_first_param_.push_back(first);
-      first += e.params.size();
     }
+    layer_first_param_.push_back(i);
+  }
+
+  template <class F>
+  void for_each_layer_param(std::size_t l, F&& f) {
+    for (std::size_t i = layer_first_param_[l]; i < layer_first_param_[l + 1]; ++i) f(*all_params_[i], param_offset_[i]);
   }
 
   // Params (stages 0-2) and grads (stages 0-1) have one full buffer: bind once.
   void bind_static_pointers() {
-    for (std::size_t l = 0; l < table_.size(); ++l) {
-      auto& e = table_[l];
-      for (std::size_t j = 0; j < e.params.size(); ++j) {
-        const std::size_t off = layer_param_offset_[layer_first_param_[l] + j];
-        if constexpr (stage < 3) e.params[j]->data_ptr = state_.params.data() + off;
-        if constexpr (stage < 2) e.params[j]->grad_ptr = state_.grads.data() + off;
-      }
-    }
+    for (std::size_t l = first_layer_; l < end_layer_; ++l)
+      for_each_layer_param(l, [&](param<float>& p, std::size_t off) {
+        if constexpr (stage < 3) p.data_ptr = state_.params.data() + off;
+        if constexpr (stage < 2) p.grad_ptr = state_.grads.data() + off;
+      });
   }
 
   // Fills master (and the compute params) from each param's init_spec, only for the
-  // elements this rank holds.
+  // elements this rank holds; tensor-parallel slices draw from their full tensor.
   void initialise_weights() {
-    const auto& params = layout_.params();
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      const auto& slot = params[i];
+    for (std::size_t i : stage_params_) {
+      const auto& slot = layout_.params()[i];
+      const param<float>& p = *all_params_[i];
       const std::uint64_t key = detail::init_key(opts_.seed, slot.name);
       const std::size_t lo = param_offset_[i], hi = lo + slot.numel;
       state_.for_each_master_range(plan_, stage, lo, hi, [&](std::size_t padded, std::size_t master_idx, std::size_t n) {
-        // Tensor-parallel slices draw the elements of the full tensor they are part of.
-        const param<float>& p = *all_params_[i];
         for (std::size_t j = 0; j < n; ++j)
           state_.master[master_idx + j] = detail::init_value(slot.init, key, p.global_index(padded - lo + j));
       });
@@ -277,40 +343,89 @@ class trainer {
     refresh_params_from_master();
   }
 
+  // Params replicated over tensor-parallel ranks (norms, row-parallel biases) have
+  // equal gradients on every tensor rank: only tensor rank 0 counts them in the norm.
+  void collect_tp_norm_runs() {
+    std::vector<std::pair<std::size_t, std::size_t>> replicated;  // padded ranges
+    for (std::size_t i : stage_params_)
+      if (!all_params_[i]->sharded()) replicated.push_back({param_offset_[i], param_offset_[i] + layout_.params()[i].numel});
+    for (const auto& b : plan_.buckets()) {
+      const std::size_t pb = b.piece_begin(dp_.rank()), pe = pb + b.piece;
+      std::size_t at = pb;
+      for (const auto& [lo, hi] : replicated) {
+        const std::size_t s = std::max(lo, pb), e = std::min(hi, pe);
+        if (s >= e) continue;
+        if (s > at) tp_norm_runs_.push_back({b.shard_offset + (at - pb), b.shard_offset + (s - pb)});
+        at = e;
+      }
+      if (at < pe) tp_norm_runs_.push_back({b.shard_offset + (at - pb), b.shard_offset + (pe - pb)});
+    }
+    count_all_for_norm_ = false;
+  }
+
+  double local_grad_square_sum() const {
+    const float* g = state_.grad_shard.data();
+    if (count_all_for_norm_) return kernels::sum_squares(std::span<const float>(g, state_.grad_shard.size()));
+    double sq = 0;
+    for (const auto& [lo, hi] : tp_norm_runs_) sq += kernels::sum_squares(std::span<const float>(g + lo, hi - lo));
+    return sq;
+  }
+
   // ---- forward / backward -------------------------------------------------------------
   static void slice_rows(const tensor_t& src, int k, int K, tensor_t& dst) {
     shape s = src.shape();
-    const std::size_t row = src.numel() / static_cast<std::size_t>(s[0]);
     s[0] /= K;
     dst.resize(s);
     std::copy_n(src.data() + static_cast<std::size_t>(k) * dst.numel(), dst.numel(), dst.data());
-    (void)row;
   }
 
-  void forward_pass() {
-    const std::size_t L = table_.size();
-    for (std::size_t l = 0; l < L; ++l) {
-      if constexpr (stage == 3) ensure_live(plan_.bucket_of_layer(l), true);
-      table_[l].run_forward(ctx_, acts_[l], acts_[l + 1], 0);
+  void forward_micro_batch(const batch<Space>& b, int m, int slot) {
+    auto& acts = acts_[static_cast<std::size_t>(slot)];
+    sends_[static_cast<std::size_t>(slot)].wait();  // the slot's output may still be on its way
+    if (is_first_stage()) slice_rows(b.inputs, m, opts_.micro_batches, acts[0]);
+    else idle_ += detail::recv_tensor(*pp_fwd_, acts[0], pp_rank() - 1);
+    if (is_last_stage()) {
+      slice_rows(b.targets, m, opts_.micro_batches, mb_targets_);
+      ctx_.set_targets(&mb_targets_);
     }
-    expects(acts_.back().numel() == 1,
-            detail::cat("strata::trainer: the model's last layer must be a loss layer producing one value; it produced ",
-                        acts_.back().shape().str()));
+    ctx_.set_micro_batch(m);
+    for (std::size_t l = first_layer_; l < end_layer_; ++l) {
+      if constexpr (stage == 3) ensure_live(plan_.bucket_of_layer(l), true);
+      table_[l].run_forward(ctx_, acts[l - first_layer_], acts[l - first_layer_ + 1], static_cast<std::size_t>(slot));
+    }
+    if (is_last_stage())
+      expects(acts.back().numel() == 1, [&] {
+        return detail::cat("strata::trainer: the model's last layer must be a loss layer producing one value; it produced ",
+                           acts.back().shape().str());
+      });
+    else
+      detail::send_tensor(*pp_fwd_, acts.back(), pp_rank() + 1, sends_[static_cast<std::size_t>(slot)]);
   }
 
-  void backward_pass(float dloss, bool first_micro_batch) {
-    const std::size_t L = table_.size();
-    dacts_[L].resize(shape{1});
-    dacts_[L][0] = dloss;
+  void backward_micro_batch(int m, float dloss, bool first_backward) {
+    const std::size_t nl = end_layer_ - first_layer_;
+    const int slot = slot_of_[static_cast<std::size_t>(m)];
+    if (is_last_stage()) {
+      dacts_[nl].resize(shape{1});
+      dacts_[nl][0] = dloss;
+    } else {
+      idle_ += detail::recv_tensor(*pp_bwd_, dacts_[nl], pp_rank() + 1);
+    }
+    if (bwd_send_) bwd_send_->wait();  // dacts_[0] is about to be overwritten
+    ctx_.set_micro_batch(m);
     const auto& buckets = plan_.buckets();
-    for (std::size_t l = L; l-- > 0;) {
+    for (std::size_t l = end_layer_; l-- > first_layer_;) {
       const std::size_t b = plan_.bucket_of_layer(l);
       if constexpr (stage == 3) ensure_live(b, false);
-      if (l + 1 == buckets[b].end_layer) begin_bucket_grads(b, first_micro_batch);
-      table_[l].run_backward(ctx_, dacts_[l + 1], dacts_[l], 0);
+      if (l + 1 == buckets[b].end_layer) begin_bucket_grads(b, first_backward);
+      table_[l].run_backward(ctx_, dacts_[l - first_layer_ + 1], dacts_[l - first_layer_], static_cast<std::size_t>(slot));
       if (l == buckets[b].first_layer) launch_reduce(b);
     }
     for (int s = 0; s < 2; ++s) finish_reduce(s);
+    if (!is_first_stage()) {
+      if (!bwd_send_) bwd_send_.emplace();
+      detail::send_tensor(*pp_bwd_, dacts_[0], pp_rank() - 1, *bwd_send_);
+    }
   }
 
   // Gradient slot of bucket b: a region of the full grad buffer (stages 0-1) or one of
@@ -320,7 +435,7 @@ class trainer {
     else return state_.grads.data() + (b % 2) * plan_.max_bucket();
   }
 
-  void begin_bucket_grads(std::size_t b, bool first_micro_batch) {
+  void begin_bucket_grads(std::size_t b, bool first_backward) {
     const int slot = static_cast<int>(b % 2);
     finish_reduce(slot);  // the slot's previous bucket must be reduced before reuse
     const auto& bk = plan_.buckets()[b];
@@ -328,11 +443,10 @@ class trainer {
     std::fill_n(region, bk.size, 0.0f);
     if constexpr (stage >= 2) {
       for (std::size_t l = bk.first_layer; l < bk.end_layer; ++l)
-        for (std::size_t j = 0; j < table_[l].params.size(); ++j)
-          table_[l].params[j]->grad_ptr = region + (layer_param_offset_[layer_first_param_[l] + j] - bk.offset);
+        for_each_layer_param(l, [&](param<float>& p, std::size_t off) { p.grad_ptr = region + (off - bk.offset); });
     }
     pending_[slot].bucket = b;
-    pending_[slot].first = first_micro_batch;
+    pending_[slot].first = first_backward;
   }
 
   void launch_reduce(std::size_t b) {
@@ -355,9 +469,8 @@ class trainer {
   // Waits for the slot's reduce-scatter and adds its piece into the fp32 grad shard.
   void finish_reduce(int slot) {
     auto& p = pending_[slot];
-    if (!p.req) return;
-    p.req->wait();
-    p.req.reset();
+    if (!p.req.pending()) return;
+    p.req.wait();
     const auto& bk = plan_.buckets()[p.bucket];
     float* acc = state_.grad_shard.data() + bk.shard_offset;
     if constexpr (Precision::is_mixed) {
@@ -374,44 +487,45 @@ class trainer {
   // ZeRO-3: makes bucket b's params live in its slot, and prefetches the next bucket in
   // the direction of travel so its all-gather overlaps this bucket's compute.
   void ensure_live(std::size_t b, bool forward) {
-    const std::size_t nb = plan_.buckets().size();
-    if (live_[b % 2].bucket != b || !live_[b % 2].valid) start_gather(b);
-    if (live_[b % 2].req) {
-      live_[b % 2].req->wait();
-      live_[b % 2].req.reset();
+    auto& slot = live_[b % 2];
+    if (slot.bucket != b || !slot.valid) start_gather(b);
+    if (slot.req.pending()) {
+      slot.req.wait();
       bind_live(b);
     }
-    const std::size_t next = forward ? b + 1 : b - 1;
-    if ((forward && next < nb) || (!forward && b > 0))
+    const auto& buckets = plan_.buckets();
+    const bool has_next = forward ? b + 1 < buckets.size() && buckets[b + 1].first_layer < end_layer_
+                                  : b > 0 && buckets[b - 1].end_layer > first_layer_;
+    if (has_next) {
+      const std::size_t next = forward ? b + 1 : b - 1;
       if (live_[next % 2].bucket != next || !live_[next % 2].valid) start_gather(next);
+    }
   }
 
   void start_gather(std::size_t b) {
     auto& slot = live_[b % 2];
-    if (slot.req) slot.req->wait();
+    if (slot.req.pending()) slot.req.wait();
     const auto& bk = plan_.buckets()[b];
     slot.bucket = b;
     slot.valid = true;
-    float* dst = state_.live.data() + (b % 2) * plan_.max_bucket();
     if (bk.size == 0) {
-      slot.req.reset();
       bind_live(b);
       return;
     }
     slot.req = dp_.all_gather_async(std::span<const float>(state_.params.data() + bk.shard_offset, bk.piece),
-                                    std::span<float>(dst, bk.size));
+                                    std::span<float>(state_.live.data() + (b % 2) * plan_.max_bucket(), bk.size));
   }
 
   void bind_live(std::size_t b) {
     const auto& bk = plan_.buckets()[b];
     float* base = state_.live.data() + (b % 2) * plan_.max_bucket();
     for (std::size_t l = bk.first_layer; l < bk.end_layer; ++l)
-      for (std::size_t j = 0; j < table_[l].params.size(); ++j)
-        table_[l].params[j]->data_ptr = base + (layer_param_offset_[layer_first_param_[l] + j] - bk.offset);
+      for_each_layer_param(l, [&](param<float>& p, std::size_t off) { p.data_ptr = base + (off - bk.offset); });
   }
 
   // ---- optimizer step ---------------------------------------------------------------
   void apply_update(float lr, float grad_scale, long opt_step) {
+    const float* grads = state_.grad_shard.data();
     if constexpr (stage == 0) {
       // Replicated: all-gather the reduced shards, then every rank updates everything.
       for (const auto& bk : plan_.buckets()) {
@@ -419,24 +533,20 @@ class trainer {
         dp_.all_gather(std::span<const float>(state_.grad_shard.data() + bk.shard_offset, bk.piece),
                        std::span<float>(state_.grads.data() + bk.offset, bk.size));
       }
-      for (const auto& r : state_.runs) step_run(r, state_.grads.data(), lr, grad_scale, opt_step);
-    } else {
-      for (const auto& r : state_.runs) step_run(r, state_.grad_shard.data(), lr, grad_scale, opt_step);
+      grads = state_.grads.data();
+    }
+    for (const auto& r : state_.runs) {
+      shard_args<float, float> a{};
+      a.master = state_.master.data() + r.begin;
+      a.grad = grads + r.begin;
+      a.state0 = Optimizer::state_slots > 0 ? state_.state0.data() + r.begin : nullptr;
+      a.state1 = Optimizer::state_slots > 1 ? state_.state1.data() + r.begin : nullptr;
+      a.n = r.end - r.begin;
+      opt_.step(a, lr, grad_scale, r.decay, opt_step);
     }
     refresh_params_from_master();
     std::fill(state_.grad_shard.begin(), state_.grad_shard.end(), 0.0f);
     if constexpr (stage == 3) live_[0].valid = live_[1].valid = false;
-  }
-
-  void step_run(const detail::update_run& r, const float* grads, float lr, float grad_scale, long opt_step) {
-    shard_args<float, float> a{};
-    a.master = state_.master.data() + r.begin;
-    a.grad = grads + r.begin;
-    a.state0 = Optimizer::state_slots > 0 ? state_.state0.data() + r.begin : nullptr;
-    a.state1 = Optimizer::state_slots > 1 ? state_.state1.data() + r.begin : nullptr;
-    a.param_out = nullptr;
-    a.n = r.end - r.begin;
-    opt_.step(a, lr, grad_scale, r.decay, opt_step);
   }
 
   // Compute params = master rounded to the compute precision; then stages 1-2 all-gather
@@ -453,20 +563,51 @@ class trainer {
       }
     }
     if constexpr (stage == 1 || stage == 2) {
-      std::vector<request>& reqs = gather_reqs_;
-      reqs.clear();
+      gather_reqs_.clear();
       for (const auto& bk : plan_.buckets()) {
         if (bk.size == 0) continue;
         float* region = state_.params.data() + bk.offset;
-        reqs.push_back(dp_.all_gather_async(std::span<const float>(region + bk.piece * dp_.rank(), bk.piece),
-                                            std::span<float>(region, bk.size)));
+        gather_reqs_.push_back(dp_.all_gather_async(
+            std::span<const float>(region + bk.piece * static_cast<std::size_t>(dp_.rank()), bk.piece),
+            std::span<float>(region, bk.size)));
       }
-      for (auto& r : reqs) r.wait();
-      reqs.clear();
+      for (auto& r : gather_reqs_) r.wait();
+      gather_reqs_.clear();
     }
   }
 
-  // ---- loss scaling -----------------------------------------------------------------
+  checkpoint_state checkpoint_view() {
+    checkpoint_state st;
+    for (std::size_t i : stage_params_) {
+      st.names.push_back(layout_.params()[i].name);
+      st.shapes.push_back(layout_.params()[i].shape);
+      st.param_offset.push_back(param_offset_[i]);
+    }
+    st.plan = &plan_;
+    st.optimizer = Optimizer::name;
+    st.precision = Precision::name;
+    st.state_slots = Optimizer::state_slots;
+    st.stage = stage;
+    st.dp_rank = dp_.rank();
+    st.dp_size = dp_.size();
+    st.tp = grid_.tp_size();
+    st.pp = pp_size();
+    st.replicated_master = stage == 0;
+    st.arrays[0] = state_.master.data();
+    st.arrays[1] = state_.state0.data();
+    st.arrays[2] = state_.state1.data();
+    st.owned = state_.master.size();
+    st.for_each_owned = [this](std::size_t lo, std::size_t hi,
+                               const std::function<void(std::size_t, std::size_t, std::size_t)>& f) {
+      state_.for_each_master_range(plan_, stage, lo, hi, f);
+    };
+    st.step = step_;
+    st.skipped = skipped_;
+    st.scaler = scaler_.save();
+    st.seed = opts_.seed;
+    return st;
+  }
+
   // fp16 uses the dynamic scaler; other precisions a static scale of 1, which still
   // turns a non-finite gradient into a skipped step.
   static loss_scaler make_loss_scaler(const trainer_options& o) {
@@ -475,23 +616,14 @@ class trainer {
     fixed.loss_scale = 1.0f;
     return loss_scaler(fixed);
   }
-  bool scaler_update(bool overflow) { return scaler_.update(overflow); }
-  long skipped_count() const noexcept { return static_cast<long>(skipped_.size()); }
-
-  std::size_t acts_bytes() const {
-    std::size_t n = 0;
-    for (auto& t : acts_) n += t.capacity() * sizeof(float);
-    for (auto& t : dacts_) n += t.capacity() * sizeof(float);
-    return n;
-  }
 
   struct pending_reduce {
-    std::optional<request> req;
+    request req;
     std::size_t bucket = 0;
     bool first = true;
   };
   struct live_slot {
-    std::optional<request> req;
+    request req;
     std::size_t bucket = 0;
     bool valid = false;
   };
@@ -504,10 +636,20 @@ class trainer {
   flat_layout layout_;
   bucket_plan plan_;
   std::vector<detail::layer_entry<ctx_t>> table_;
+  std::size_t first_layer_ = 0, end_layer_ = 0;
   detail::sharded_state<compute_t> state_;
-  std::vector<std::size_t> param_offset_, layer_param_offset_, layer_first_param_;
-  std::vector<param<float>*> all_params_;  // in layout order
-  std::vector<tensor_t> acts_, dacts_;
+  std::vector<std::size_t> param_offset_, layer_first_param_, stage_params_;
+  std::vector<param<float>*> all_params_;  // in layout order, every stage's
+  std::vector<std::vector<tensor_t>> acts_;  // [slot][layer boundary]
+  std::vector<tensor_t> dacts_;
+  std::vector<detail::pending_send> sends_;  // per slot: its output on the way forward
+  std::optional<detail::pending_send> bwd_send_;
+  std::vector<int> slot_of_;
+  std::vector<bool> in_use_;
+  std::vector<pipeline_action> actions_;
+  std::optional<comm_t> pp_fwd_, pp_bwd_;
+  std::vector<std::pair<std::size_t, std::size_t>> tp_norm_runs_;
+  bool count_all_for_norm_ = true;
   tensor_t mb_targets_;
   ctx_t ctx_;
   pending_reduce pending_[2];
@@ -516,6 +658,7 @@ class trainer {
   loss_scaler scaler_ = make_loss_scaler(opts_);
   long step_ = 0;
   std::vector<long> skipped_;
+  double idle_ = 0;
 };
 
 }  // namespace strata
