@@ -108,26 +108,34 @@ struct run_config {
       r = {*tb, *tb / w / *ga, *ga, dp_world};
       derived = "train_micro_batch_size_per_gpu";
     } else if (mb && ga) {
-      r = {*mb * *ga * w, *mb, *ga, dp_world};
+      r = {product(*mb, *ga, w), *mb, *ga, dp_world};
     } else if (tb) {
       r = {*tb, *tb / w, 1, dp_world};
       derived = "train_micro_batch_size_per_gpu";
     } else if (mb) {
-      r = {*mb * w, *mb, 1, dp_world};
+      r = {product(*mb, 1, w), *mb, 1, dp_world};
     } else {
       throw config_error("config: train_batch_size or train_micro_batch_size_per_gpu must be given");
     }
     auto shown = [&](std::string_view key, long v) {
       return derived == key ? detail::cat(key, " (derived: ", v, ")") : detail::cat(key, " (", v, ")");
     };
-    if (r.train_batch_size != r.micro_batch_size * r.gradient_accumulation_steps * w)
+    const long want = product(r.micro_batch_size, r.gradient_accumulation_steps, w);
+    if (r.train_batch_size != want)
       throw config_error(detail::cat("config: train_batch_size (", r.train_batch_size, ") must equal ",
                                      shown("train_micro_batch_size_per_gpu", r.micro_batch_size), " * ",
                                      shown("gradient_accumulation_steps", r.gradient_accumulation_steps),
-                                     " * data-parallel size (", dp_world,
-                                     ") = ", r.micro_batch_size * r.gradient_accumulation_steps * w));
+                                     " * data-parallel size (", dp_world, ") = ", want));
     batch = r;
     return *batch;
+  }
+
+ private:
+  static long product(long a, long b, long c) {
+    long ab = 0, abc = 0;
+    if (__builtin_mul_overflow(a, b, &ab) || __builtin_mul_overflow(ab, c, &abc))
+      throw config_error(detail::cat("config: the global batch ", a, " * ", b, " * ", c, " overflows"));
+    return abc;
   }
 };
 

@@ -224,7 +224,9 @@ class safetensors_writer {
   std::size_t size() const noexcept { return entries_.size(); }
 
   void write(const std::filesystem::path& path, order o = order::sorted) const {
-    const auto [infos, seq] = layout(o);
+    const auto lay = layout(o);  // not a structured binding: clang < 16 cannot capture those
+    const auto& infos = lay.first;
+    const auto& seq = lay.second;
     const std::string head = detail::serialize_safetensors_header(infos, metadata);
     const auto len = prefix(head.size());
     detail::atomic_write(path, [&](detail::write_sink& sink) {
@@ -236,7 +238,9 @@ class safetensors_writer {
 
   // The whole file in memory.
   std::vector<std::byte> to_bytes(order o = order::sorted) const {
-    const auto [infos, seq] = layout(o);
+    const auto lay = layout(o);  // not a structured binding: clang < 16 cannot capture those
+    const auto& infos = lay.first;
+    const auto& seq = lay.second;
     const std::string head = detail::serialize_safetensors_header(infos, metadata);
     const auto len = prefix(head.size());
     std::vector<std::byte> out(8 + head.size() + (infos.empty() ? 0 : infos.back().end));
