@@ -145,6 +145,30 @@ int main(int argc, char** argv) {
 
   std::printf("bench/optimizer: device cpu, %d..%d log2 params, median of %d reps, OMP max threads %d\n", o.min_log2,
               o.max_log2, o.reps, omp_get_max_threads());
+  // What the compiler was told: the point is ordinary flags, so say which.
+#if defined(__NO_MATH_ERRNO__)
+  const char* errno_mode = "off (-fno-math-errno or -ffast-math)";
+#else
+  const char* errno_mode = "on (the default: sqrt calls keep an errno path)";
+#endif
+#if defined(__AVX512F__)
+  const char* simd = "AVX-512";
+#elif defined(__AVX2__)
+  const char* simd = "AVX2";
+#elif defined(__AVX__)
+  const char* simd = "AVX";
+#elif defined(__SSE2__)
+  const char* simd = "SSE2 (x86-64 baseline)";
+#else
+  const char* simd = "none known";
+#endif
+  std::printf("build: %s, math-errno %s, fast-math %s, widest SIMD %s\n", __VERSION__, errno_mode,
+#if defined(__FAST_MATH__)
+              "on",
+#else
+              "off",
+#endif
+              simd);
   // 9 float buffers and 2 bf16 ones: 40 bytes per param of the largest size.
   std::printf("allocating and touching %.2f GiB once...\n", double(cap) * 40 / (1 << 30));
   auto p = touched(cap, 0.5f, 0), g = touched(cap, 1e-3f, 1), m = touched(cap, 0.0f, 2), v = touched(cap, 0.0f, 3);
