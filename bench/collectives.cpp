@@ -28,12 +28,17 @@ options parse(int argc, char** argv) {
       if (i + 1 >= argc) throw strata::config_error("bench/collectives: " + a + " needs a value");
       return argv[++i];
     };
-    if (a == "--min-bytes") o.min_bytes = std::strtoull(next(), nullptr, 10);
-    else if (a == "--max-bytes") o.max_bytes = std::strtoull(next(), nullptr, 10);
-    else if (a == "--iters") o.iters = std::atoi(next());
-    else if (a == "--warmup") o.warmup = std::atoi(next());
-    else throw strata::config_error("bench/collectives: unknown option " + a +
-                                    " (options: --min-bytes N --max-bytes N --iters N --warmup N)");
+    if (a == "--min-bytes")
+      o.min_bytes = std::strtoull(next(), nullptr, 10);
+    else if (a == "--max-bytes")
+      o.max_bytes = std::strtoull(next(), nullptr, 10);
+    else if (a == "--iters")
+      o.iters = std::atoi(next());
+    else if (a == "--warmup")
+      o.warmup = std::atoi(next());
+    else
+      throw strata::config_error("bench/collectives: unknown option " + a +
+                                 " (options: --min-bytes N --max-bytes N --iters N --warmup N)");
   }
   if (o.min_bytes < 4 || o.max_bytes < o.min_bytes || o.iters < 1 || o.warmup < 0)
     throw strata::config_error("bench/collectives: need 4 <= min-bytes <= max-bytes, iters >= 1, warmup >= 0");
@@ -45,9 +50,7 @@ const char* name_of(op o) {
   return o == op::all_reduce ? "all_reduce" : o == op::reduce_scatter ? "reduce_scatter" : "all_gather";
 }
 // nccl-tests' bus bandwidth factors: what each rank's link carries relative to the size.
-double bus_factor(op o, int n) {
-  return o == op::all_reduce ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
-}
+double bus_factor(op o, int n) { return o == op::all_reduce ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n; }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -75,11 +78,12 @@ int main(int argc, char** argv) {
   strata::host_buffer<float> a(max_count), b(max_count);
 
   if (me == 0)
-    std::printf("# strata bench/collectives: %d processes, float, sum; times are medians of %d iterations (max over ranks)\n"
-                "# busbw factors (nccl-tests): all_reduce 2(n-1)/n, reduce_scatter and all_gather (n-1)/n\n"
-                "# ratio = busbw strata / busbw raw: the median over iterations of raw time / strata time, each pair\n"
-                "# run back to back\n",
-                p, opt.iters);
+    std::printf(
+        "# strata bench/collectives: %d processes, float, sum; times are medians of %d iterations (max over ranks)\n"
+        "# busbw factors (nccl-tests): all_reduce 2(n-1)/n, reduce_scatter and all_gather (n-1)/n\n"
+        "# ratio = busbw strata / busbw raw: the median over iterations of raw time / strata time, each pair\n"
+        "# run back to back\n",
+        p, opt.iters);
 
   for (op o : {op::all_reduce, op::reduce_scatter, op::all_gather}) {
     if (me == 0)

@@ -27,8 +27,10 @@ template <class T>
 T value(int rank, std::size_t i) {
   const long v = static_cast<long>((i * 7 + static_cast<std::size_t>(rank) * 13) % 17);
   if constexpr (std::is_unsigned_v<T>) {
-    if constexpr (sizeof(T) == 8) return static_cast<T>((std::uint64_t{1} << 40) + static_cast<std::uint64_t>(v));
-    else return static_cast<T>(v);
+    if constexpr (sizeof(T) == 8)
+      return static_cast<T>((std::uint64_t{1} << 40) + static_cast<std::uint64_t>(v));
+    else
+      return static_cast<T>(v);
   } else {
     return strata::round_to<T>(static_cast<float>(v - 8));
   }
@@ -49,13 +51,18 @@ T reduced(int p, std::size_t i, reduce_op op) {
   acc s = static_cast<acc>(value<T>(0, i));
   for (int r = 1; r < p; ++r) {
     const acc x = static_cast<acc>(value<T>(r, i));
-    if (op == reduce_op::max) s = std::max(s, x);
-    else if (op == reduce_op::min) s = std::min(s, x);
-    else s = static_cast<acc>(s + x);
+    if (op == reduce_op::max)
+      s = std::max(s, x);
+    else if (op == reduce_op::min)
+      s = std::min(s, x);
+    else
+      s = static_cast<acc>(s + x);
   }
   if (op == reduce_op::avg) s = static_cast<acc>(s / static_cast<acc>(p));
-  if constexpr (sizeof(T) == 2) return T(s);
-  else return static_cast<T>(s);
+  if constexpr (sizeof(T) == 2)
+    return T(s);
+  else
+    return static_cast<T>(s);
 }
 
 template <class T>
@@ -75,11 +82,11 @@ void require_equal(const std::vector<T>& got, const std::vector<T>& want, const 
 }
 
 // Catch2 v2 and v3 name their substring matcher differently.
-#define REQUIRE_CONTAINS(text, part)                    \
-  do {                                                   \
-    const std::string text_ = (text);                    \
-    INFO(text_);                                         \
-    REQUIRE(text_.find(part) != std::string::npos);      \
+#define REQUIRE_CONTAINS(text, part)                \
+  do {                                              \
+    const std::string text_ = (text);               \
+    INFO(text_);                                    \
+    REQUIRE(text_.find(part) != std::string::npos); \
   } while (0)
 
 std::string label(const char* op, std::size_t n, reduce_op r = reduce_op::sum) {
@@ -166,12 +173,15 @@ TEST_CASE("bf16 and fp16 sums round to nearest even once per pairwise step", "[c
   const std::size_t n = 4096;
   std::vector<strata::bf16> b(n), bw(n);
   std::vector<strata::fp16> h(n), hw(n);
-  auto x = [](int r, std::size_t i) { return 1.0f + static_cast<float>((i * 2654435761u + r * 40503u) % 100003u) / 7.0f; };
+  auto x = [](int r, std::size_t i) {
+    return 1.0f + static_cast<float>((i * 2654435761u + r * 40503u) % 100003u) / 7.0f;
+  };
   for (std::size_t i = 0; i < n; ++i) {
     b[i] = strata::bf16(x(w.rank(), i));
     h[i] = strata::fp16(x(w.rank(), i) / 64.0f);
     bw[i] = strata::bf16(static_cast<float>(strata::bf16(x(0, i))) + static_cast<float>(strata::bf16(x(1, i))));
-    hw[i] = strata::fp16(static_cast<float>(strata::fp16(x(0, i) / 64.0f)) + static_cast<float>(strata::fp16(x(1, i) / 64.0f)));
+    hw[i] = strata::fp16(static_cast<float>(strata::fp16(x(0, i) / 64.0f)) +
+                         static_cast<float>(strata::fp16(x(1, i) / 64.0f)));
   }
   w.all_reduce(std::span(b));
   w.all_reduce(std::span(h));

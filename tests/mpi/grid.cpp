@@ -11,7 +11,9 @@
 
 namespace {
 
-std::int64_t sum_of(const std::vector<int>& ranks) { return std::accumulate(ranks.begin(), ranks.end(), std::int64_t{0}); }
+std::int64_t sum_of(const std::vector<int>& ranks) {
+  return std::accumulate(ranks.begin(), ranks.end(), std::int64_t{0});
+}
 
 void check_axis(strata::mpi_comm& axis, const std::vector<int>& group, int me, int coordinate, const char* name) {
   INFO("axis " << name);

@@ -124,11 +124,11 @@ TEST_CASE("the caller's compute proceeds while an all_reduce is pending", "[over
   // busy threads than cores they take turns and the sum cannot shrink.
   const unsigned cores = std::thread::hardware_concurrency();
   const bool spare_cores = cores >= 2u * static_cast<unsigned>(w.size());
-  std::printf("rank %d of %d: all_reduce %.1f ms, compute %.1f ms alone; together %.1f ms (compute %.1f ms, %d of %d "
-              "chunks while pending), serial %.1f ms; %u cores%s [%d]\n",
-              w.rank(), w.size(), t_comm * 1e3, t_compute * 1e3, total * 1e3, compute_part * 1e3, chunks_while_pending,
-              chunks[0], (t_comm + t_compute) * 1e3, cores, spare_cores ? "" : " (too few to overlap in time)",
-              sink != 0);
+  std::printf(
+      "rank %d of %d: all_reduce %.1f ms, compute %.1f ms alone; together %.1f ms (compute %.1f ms, %d of %d "
+      "chunks while pending), serial %.1f ms; %u cores%s [%d]\n",
+      w.rank(), w.size(), t_comm * 1e3, t_compute * 1e3, total * 1e3, compute_part * 1e3, chunks_while_pending,
+      chunks[0], (t_comm + t_compute) * 1e3, cores, spare_cores ? "" : " (too few to overlap in time)", sink != 0);
   REQUIRE_FALSE(done_at_start);
   REQUIRE(chunks_while_pending >= 1);
   if (spare_cores) REQUIRE(total < 0.85 * (t_comm + t_compute));

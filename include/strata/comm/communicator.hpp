@@ -58,9 +58,8 @@ concept comm_has_split = requires(C& c, int color, int key) {
 
 template <class C>
 concept communicator = std::movable<C> && detail::comm_has_rank_size<C> && detail::comm_has_all_reduce<C> &&
-                       detail::comm_has_reduce_scatter<C> && detail::comm_has_all_gather<C> &&
-                       detail::comm_has_broadcast<C> && detail::comm_has_send_recv<C> && detail::comm_has_barrier<C> &&
-                       detail::comm_has_split<C>;
+    detail::comm_has_reduce_scatter<C> && detail::comm_has_all_gather<C> && detail::comm_has_broadcast<C> &&
+    detail::comm_has_send_recv<C> && detail::comm_has_barrier<C> && detail::comm_has_split<C>;
 
 namespace detail {
 // static_assert(detail::check_communicator<C>()) reports the first missing member by name.
@@ -84,7 +83,8 @@ consteval bool check_communicator() {
                 "strata: not a communicator: needs send(std::span<const T>, int, int), recv(std::span<T>, int, int) "
                 "and their _async forms returning strata::request");
   static_assert(comm_has_barrier<C>, "strata: not a communicator: needs barrier() and barrier_async()");
-  static_assert(comm_has_split<C>, "strata: not a communicator: needs split(int color, int key) returning the same type");
+  static_assert(comm_has_split<C>,
+                "strata: not a communicator: needs split(int color, int key) returning the same type");
   return true;
 }
 }  // namespace detail

@@ -83,23 +83,34 @@ struct mpi_half_types {
 
 template <comm_element T>
 MPI_Datatype mpi_type() {
-  if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
-  else if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
-  else if constexpr (std::is_same_v<T, std::int32_t>) return MPI_INT32_T;
-  else if constexpr (std::is_same_v<T, std::int64_t>) return MPI_INT64_T;
-  else if constexpr (std::is_same_v<T, std::uint8_t>) return MPI_UINT8_T;
-  else if constexpr (std::is_same_v<T, std::uint64_t>) return MPI_UINT64_T;
-  else if constexpr (std::is_same_v<T, bf16>) return mpi_half_types::get().bf16_type;
-  else return mpi_half_types::get().fp16_type;
+  if constexpr (std::is_same_v<T, float>)
+    return MPI_FLOAT;
+  else if constexpr (std::is_same_v<T, double>)
+    return MPI_DOUBLE;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return MPI_INT32_T;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return MPI_INT64_T;
+  else if constexpr (std::is_same_v<T, std::uint8_t>)
+    return MPI_UINT8_T;
+  else if constexpr (std::is_same_v<T, std::uint64_t>)
+    return MPI_UINT64_T;
+  else if constexpr (std::is_same_v<T, bf16>)
+    return mpi_half_types::get().bf16_type;
+  else
+    return mpi_half_types::get().fp16_type;
 }
 
 // The MPI operation that computes `op` over T (avg is a sum followed by a division).
 template <comm_element T>
 MPI_Op mpi_op(reduce_op op) {
   const int i = op == reduce_op::max ? 1 : op == reduce_op::min ? 2 : 0;
-  if constexpr (std::is_same_v<T, bf16>) return mpi_half_types::get().bf16_ops[i];
-  else if constexpr (std::is_same_v<T, fp16>) return mpi_half_types::get().fp16_ops[i];
-  else return i == 1 ? MPI_MAX : i == 2 ? MPI_MIN : MPI_SUM;
+  if constexpr (std::is_same_v<T, bf16>)
+    return mpi_half_types::get().bf16_ops[i];
+  else if constexpr (std::is_same_v<T, fp16>)
+    return mpi_half_types::get().fp16_ops[i];
+  else
+    return i == 1 ? MPI_MAX : i == 2 ? MPI_MIN : MPI_SUM;
 }
 
 }  // namespace strata::detail

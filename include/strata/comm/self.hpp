@@ -14,6 +14,7 @@
 
 #include "../core/dtype.hpp"
 #include "../core/error.hpp"
+#include "detail/check.hpp"
 #include "reduce_op.hpp"
 #include "request.hpp"
 
@@ -48,8 +49,10 @@ class self_mailbox final : public request_source {
         deliver(data, n, type, m.bytes.data(), m.n, m.type, tag, comm);
         return 0;
       }
-    expects<comm_error>(may_defer, cat("recv of ", n, " elements with tag ", tag, " on ", comm,
-                                       " (a single process): nothing was sent with this tag, it would wait forever"));
+    detail::check<comm_error>(may_defer, [&] {
+      return cat("recv of ", n, " elements with tag ", tag, " on ", comm,
+                 " (a single process): nothing was sent with this tag, it would wait forever");
+    });
     pending_.push_back({++last_ticket_, tag, type, data, n, false, nullptr});
     return last_ticket_;
   }
@@ -60,9 +63,11 @@ class self_mailbox final : public request_source {
     auto it = find(ticket);
     const pending p = *it;
     pending_.erase(it);
-    expects<comm_error>(p.done, cat("recv of ", p.n, " elements with tag ", p.tag,
-                                    " on a single-process communicator: no matching send was posted before the wait,"
-                                    " it would wait forever"));
+    detail::check<comm_error>(p.done, [&] {
+      return cat("recv of ", p.n, " elements with tag ", p.tag,
+                 " on a single-process communicator: no matching send was posted before the wait,"
+                 " it would wait forever");
+    });
     if (p.error) std::rethrow_exception(p.error);
   }
 
@@ -83,11 +88,12 @@ class self_mailbox final : public request_source {
     std::exception_ptr error;
   };
 
-  static void deliver(void* dst, std::size_t dst_n, dtype dst_type, const void* src, std::size_t src_n,
-                      dtype src_type, int tag, const std::string& comm) {
-    expects<comm_error>(dst_type == src_type && dst_n == src_n,
-                        cat("recv with tag ", tag, " on ", comm, ": expected ", dst_n, " elements of ", name_of(dst_type),
-                            ", the message has ", src_n, " of ", name_of(src_type)));
+  static void deliver(void* dst, std::size_t dst_n, dtype dst_type, const void* src, std::size_t src_n, dtype src_type,
+                      int tag, const std::string& comm) {
+    detail::check<comm_error>(dst_type == src_type && dst_n == src_n, [&] {
+      return cat("recv with tag ", tag, " on ", comm, ": expected ", dst_n, " elements of ", name_of(dst_type),
+                 ", the message has ", src_n, " of ", name_of(src_type));
+    });
     if (dst_n) std::memcpy(dst, src, dst_n * size_of(dst_type));
   }
   std::deque<pending>::iterator find(std::uint64_t ticket) {
@@ -104,7 +110,8 @@ class self_mailbox final : public request_source {
 
 class self_comm {
  public:
-  explicit self_comm(std::string name = "self") : name_(std::move(name)), mailbox_(std::make_unique<detail::self_mailbox>()) {}
+  explicit self_comm(std::string name = "self")
+      : name_(std::move(name)), mailbox_(std::make_unique<detail::self_mailbox>()) {}
   self_comm(self_comm&&) noexcept = default;
   self_comm& operator=(self_comm&&) noexcept = default;
 
@@ -115,7 +122,8 @@ class self_comm {
   // Kept for parity with mpi_comm: nothing here can hang.
   std::chrono::duration<double> timeout() const { return timeout_; }
   void set_timeout(std::chrono::duration<double> t) {
-    expects<config_error>(t.count() > 0, detail::cat("communicator time-out of ", t.count(), " s: must be positive"));
+    detail::check<config_error>(
+        t.count() > 0, [&] { return detail::cat("communicator time-out of ", t.count(), " s: must be positive"); });
     timeout_ = t;
   }
 
@@ -125,18 +133,21 @@ class self_comm {
     return {};
   }
   template <class U, comm_element T>
-    requires std::is_same_v<std::remove_const_t<U>, T>
-  request reduce_scatter_async(std::span<U> in, std::span<T> out, reduce_op = reduce_op::sum) {
-    expects<comm_error>(in.size() == out.size(), detail::cat("reduce_scatter on ", name_, ": input has ", in.size(),
-                                                             " elements, expected out (", out.size(), ") x size (1)"));
+  requires std::is_same_v<std::remove_const_t<U>, T> request reduce_scatter_async(std::span<U> in, std::span<T> out,
+                                                                                  reduce_op = reduce_op::sum) {
+    detail::check<comm_error>(in.size() == out.size(), [&] {
+      return detail::cat("reduce_scatter on ", name_, ": input has ", in.size(), " elements, expected out (",
+                         out.size(), ") x size (1)");
+    });
     copy(out.data(), in.data(), in.size());
     return {};
   }
   template <class U, comm_element T>
-    requires std::is_same_v<std::remove_const_t<U>, T>
-  request all_gather_async(std::span<U> in, std::span<T> out) {
-    expects<comm_error>(in.size() == out.size(), detail::cat("all_gather on ", name_, ": output has ", out.size(),
-                                                             " elements, expected in (", in.size(), ") x size (1)"));
+  requires std::is_same_v<std::remove_const_t<U>, T> request all_gather_async(std::span<U> in, std::span<T> out) {
+    detail::check<comm_error>(in.size() == out.size(), [&] {
+      return detail::cat("all_gather on ", name_, ": output has ", out.size(), " elements, expected in (", in.size(),
+                         ") x size (1)");
+    });
     copy(out.data(), in.data(), in.size());
     return {};
   }
@@ -146,8 +157,7 @@ class self_comm {
     return {};
   }
   template <class U>
-    requires comm_element<std::remove_const_t<U>>
-  request send_async(std::span<U> data, int dest, int tag = 0) {
+  requires comm_element<std::remove_const_t<U>> request send_async(std::span<U> data, int dest, int tag = 0) {
     check_rank(dest, "send destination");
     check_tag(tag);
     mailbox_->send(data.data(), data.size(), dtype_v<std::remove_const_t<U>>, tag, name_);
@@ -163,19 +173,23 @@ class self_comm {
   request barrier_async() { return {}; }
 
   template <comm_element T>
-  void all_reduce(std::span<T> data, reduce_op op = reduce_op::sum) { all_reduce_async(data, op).wait(); }
+  void all_reduce(std::span<T> data, reduce_op op = reduce_op::sum) {
+    all_reduce_async(data, op).wait();
+  }
   template <class U, comm_element T>
-    requires std::is_same_v<std::remove_const_t<U>, T>
+  requires std::is_same_v<std::remove_const_t<U>, T>
   void reduce_scatter(std::span<U> in, std::span<T> out, reduce_op op = reduce_op::sum) {
     reduce_scatter_async(in, out, op).wait();
   }
   template <class U, comm_element T>
-    requires std::is_same_v<std::remove_const_t<U>, T>
+  requires std::is_same_v<std::remove_const_t<U>, T>
   void all_gather(std::span<U> in, std::span<T> out) { all_gather_async(in, out).wait(); }
   template <comm_element T>
-  void broadcast(std::span<T> data, int root) { broadcast_async(data, root).wait(); }
+  void broadcast(std::span<T> data, int root) {
+    broadcast_async(data, root).wait();
+  }
   template <class U>
-    requires comm_element<std::remove_const_t<U>>
+  requires comm_element<std::remove_const_t<U>>
   void send(std::span<U> data, int dest, int tag = 0) { send_async(data, dest, tag).wait(); }
   template <comm_element T>
   void recv(std::span<T> data, int src, int tag = 0) {
@@ -186,7 +200,8 @@ class self_comm {
   void barrier() {}
 
   self_comm split(int color, int) {
-    expects<comm_error>(color >= 0, detail::cat("split of ", name_, ": color ", color, " must be >= 0"));
+    detail::check<comm_error>(color >= 0,
+                              [&] { return detail::cat("split of ", name_, ": color ", color, " must be >= 0"); });
     self_comm c(detail::cat(name_, "/", color));
     c.timeout_ = timeout_;
     return c;
@@ -198,10 +213,12 @@ class self_comm {
     if (dst != src && n) std::memmove(dst, src, n * sizeof(T));
   }
   void check_rank(int r, const char* what) const {
-    expects<comm_error>(r == 0, detail::cat(what, " ", r, " on ", name_, ": a single-process communicator has rank 0 only"));
+    detail::check<comm_error>(r == 0, [&] {
+      return detail::cat(what, " ", r, " on ", name_, ": a single-process communicator has rank 0 only");
+    });
   }
   void check_tag(int tag) const {
-    expects<comm_error>(tag >= 0, detail::cat("tag ", tag, " on ", name_, ": tags must be >= 0"));
+    detail::check<comm_error>(tag >= 0, [&] { return detail::cat("tag ", tag, " on ", name_, ": tags must be >= 0"); });
   }
 
   std::string name_;

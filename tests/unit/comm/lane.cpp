@@ -30,12 +30,14 @@ struct exec {
   std::atomic<int> timeouts{0};
   std::atomic<int> timed_out_id{-1};
   double timed_out_after = 0;
+  std::thread::id timed_out_on, ran_on;
 
   static bool overlaps(const task& t) { return t.posted; }
   bool start(const task& t, std::size_t) {
     {
       std::lock_guard lk(m);
       started.push_back(t.id);
+      ran_on = std::this_thread::get_id();
     }
     if (t.fail) throw strata::comm_error("task " + std::to_string(t.id) + " failed");
     if (t.sleep_ms) std::this_thread::sleep_for(std::chrono::milliseconds(t.sleep_ms));
@@ -49,6 +51,7 @@ struct exec {
   }
   void timed_out(const task& t, double seconds) {
     timed_out_after = seconds;
+    timed_out_on = std::this_thread::get_id();
     timed_out_id = t.id;
     ++timeouts;
     release[t.id] = true;  // a real executor aborts; this one lets the task finish
@@ -149,4 +152,49 @@ TEST_CASE("a task that runs past the time-out is reported by its waiter", "[lane
   REQUIRE(waited >= 150ms);
   REQUIRE(waited < 5s);
   REQUIRE_THROWS_AS(l.set_timeout(0s), strata::config_error);
+}
+
+TEST_CASE("an idle lane lets a blocking caller run its task itself, in order", "[lane][inline]") {
+  exec e;
+  lane l(e, 10s);
+  REQUIRE(l.run_inline({0}));
+  REQUIRE(e.ran_on == std::this_thread::get_id());
+
+  // Something queued or in flight: the caller must queue too, behind it.
+  strata::request posted(&l, l.submit({1, true}));
+  REQUIRE_FALSE(l.run_inline({2}));
+  e.release[1] = true;
+  posted.wait();
+
+  // Tasks submitted while a caller runs one start after it.
+  REQUIRE(l.run_inline({3}));
+  strata::request later;
+  std::thread other([&] {
+    while (e.started_copy().back() != 4) std::this_thread::yield();  // the caller is inside task 4
+    later = strata::request(&l, l.submit({5}));
+  });
+  REQUIRE(l.run_inline({4, false, 100}));
+  other.join();
+  later.wait();
+  const auto order = e.finished;
+  REQUIRE(std::vector<int>(order.end() - 3, order.end()) == std::vector<int>{3, 4, 5});
+  REQUIRE(e.ran_on != std::this_thread::get_id());  // 5 ran on the lane
+
+  // An error reaches the caller, and the lane goes on.
+  REQUIRE_THROWS_AS(l.run_inline({6, false, 0, true}), strata::comm_error);
+  strata::request after(&l, l.submit({7}));
+  after.wait();
+  REQUIRE(e.finished.back() == 7);
+}
+
+TEST_CASE("the lane thread reports a task that a caller runs past the time-out", "[lane][inline]") {
+  exec e;
+  lane l(e, 10s);
+  l.set_timeout(100ms);
+  const auto t0 = clk::now();
+  REQUIRE(l.run_inline({9, false, 400}));  // the caller is busy in it: only the lane can tell
+  REQUIRE(clk::now() - t0 >= 400ms);
+  REQUIRE(e.timeouts == 1);
+  REQUIRE(e.timed_out_id == 9);
+  REQUIRE(e.timed_out_on != std::this_thread::get_id());
 }

@@ -57,7 +57,8 @@ TEST_CASE("self_comm collectives with one process", "[self]") {
   auto r = c.barrier_async();
   REQUIRE(r.test());
 
-  REQUIRE(contains(comm_error_of([&] { c.reduce_scatter(std::span(in), std::span(out).first(2)); }), "reduce_scatter on self"));
+  REQUIRE(contains(comm_error_of([&] { c.reduce_scatter(std::span(in), std::span(out).first(2)); }),
+                   "reduce_scatter on self"));
   REQUIRE(contains(comm_error_of([&] { c.all_gather(std::span(x).first(2), std::span(x)); }), "all_gather on self"));
   REQUIRE(contains(comm_error_of([&] { c.broadcast(std::span(x), 1); }), "broadcast root 1"));
 }

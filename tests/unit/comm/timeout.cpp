@@ -49,9 +49,10 @@ outcome launch(const std::string& test_name, const std::string& env) {
   REQUIRE(fd >= 0);
   close(fd);
   // The root/oversubscription settings only matter in containers; timeout(1) bounds a hang.
-  const std::string cmd = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                          "OMPI_MCA_rmaps_base_oversubscribe=1 " + env + " timeout 120 mpiexec -n 2 '" + exe + "' '" +
-                          test_name + "' --use-colour no > " + out_path + " 2>&1";
+  const std::string cmd =
+      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+      "OMPI_MCA_rmaps_base_oversubscribe=1 " +
+      env + " timeout 120 mpiexec -n 2 '" + exe + "' '" + test_name + "' --use-colour no > " + out_path + " 2>&1";
   const auto t0 = std::chrono::steady_clock::now();
   const int status = std::system(cmd.c_str());
   outcome o;

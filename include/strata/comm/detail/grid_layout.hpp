@@ -31,9 +31,8 @@ struct grid_layout {
                               ": tensor and pipeline must be >= 1, data >= 1 (or 0 for world / (tensor * pipeline))"));
     const long tp_pp = static_cast<long>(d.tensor) * d.pipeline;
     if (d.data == 0) {
-      expects<config_error>(world_size % tp_pp == 0,
-                            cat("grid tensor=", d.tensor, " x pipeline=", d.pipeline, " = ", tp_pp,
-                                " does not divide the world size ", world_size));
+      expects<config_error>(world_size % tp_pp == 0, cat("grid tensor=", d.tensor, " x pipeline=", d.pipeline, " = ",
+                                                         tp_pp, " does not divide the world size ", world_size));
       return {d.tensor, static_cast<int>(world_size / tp_pp), d.pipeline};
     }
     expects<config_error>(tp_pp * d.data == world_size,
@@ -50,8 +49,8 @@ struct grid_layout {
   }
   int rank_of(coords c) const {
     expects<config_error>(c.tp >= 0 && c.tp < tp && c.dp >= 0 && c.dp < dp && c.pp >= 0 && c.pp < pp,
-                          cat("grid coordinates (tp=", c.tp, ", dp=", c.dp, ", pp=", c.pp, ") outside a grid of tp=",
-                              tp, " dp=", dp, " pp=", pp));
+                          cat("grid coordinates (tp=", c.tp, ", dp=", c.dp, ", pp=", c.pp,
+                              ") outside a grid of tp=", tp, " dp=", dp, " pp=", pp));
     return c.tp + tp * (c.dp + dp * c.pp);
   }
 
@@ -85,9 +84,8 @@ struct grid_layout {
 
  private:
   void check(int rank) const {
-    expects<config_error>(rank >= 0 && rank < world_size(),
-                          cat("rank ", rank, " outside a grid of ", world_size(), " ranks (tp=", tp, " dp=", dp,
-                              " pp=", pp, ")"));
+    expects<config_error>(rank >= 0 && rank < world_size(), cat("rank ", rank, " outside a grid of ", world_size(),
+                                                                " ranks (tp=", tp, " dp=", dp, " pp=", pp, ")"));
   }
 };
 

@@ -83,6 +83,41 @@ class lane final : public request_source {
     return ticket;
   }
 
+  // Runs a task on the calling thread if nothing is queued or running, and says whether it
+  // did. It takes the next ticket, so order is kept: tasks submitted meanwhile wait for it,
+  // and the idle lane thread watches its time-out. A blocking call saves the two thread
+  // wake-ups of a hand-off (about 13 us here, 5% of a 1 MiB all_reduce). Errors propagate.
+  bool run_inline(const Task& task) {
+    if (Exec::overlaps(task)) return false;  // a posted task completes later, on the lane
+    std::uint64_t ticket;
+    {
+      std::lock_guard lk(m_);
+      if (inline_active_ || submitted_ != completed_.load(std::memory_order_relaxed)) return false;
+      ticket = ++submitted_;
+      ring_[slot_of(ticket)] = task;
+      started_at_[slot_of(ticket)].store(clock::now().time_since_epoch().count());
+      started_.store(ticket, std::memory_order_release);
+      inline_active_ = true;
+    }
+    struct finish {
+      lane& l;
+      std::uint64_t ticket;
+      ~finish() {
+        bool queued;
+        {
+          std::lock_guard lk(l.m_);
+          l.completed_.store(ticket, std::memory_order_release);
+          l.submitted_seen_.store(l.submitted_, std::memory_order_release);
+          l.inline_active_ = false;
+          queued = l.submitted_ > ticket;
+        }
+        if (queued) l.work_cv_.notify_one();  // waking an idle lane for nothing costs a core's time
+        l.done_cv_.notify_all();
+      }
+    } f{*this, ticket};
+    exec_.start(ring_[slot_of(ticket)], slot_of(ticket));
+    return true;
+  }
   bool test(std::uint64_t ticket) override { return completed_.load(std::memory_order_acquire) >= ticket; }
 
   void wait(std::uint64_t ticket) override {
@@ -102,7 +137,11 @@ class lane final : public request_source {
 
   void set_timeout(std::chrono::duration<double> t) {
     expects<config_error>(t.count() > 0, cat("communicator time-out of ", t.count(), " s: must be positive"));
-    timeout_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(t).count(), std::memory_order_relaxed);
+    {
+      std::lock_guard lk(m_);  // so that the lane's next timed sleep uses the new value
+      timeout_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(t).count(), std::memory_order_relaxed);
+    }
+    work_cv_.notify_one();
   }
   std::chrono::duration<double> timeout() const {
     return std::chrono::nanoseconds(timeout_ns_.load(std::memory_order_relaxed));
@@ -144,12 +183,40 @@ class lane final : public request_source {
     int idle_polls = 0;
     std::array<bool, capacity> done{};
     for (;;) {
-      std::uint64_t available = submitted_seen_.load(std::memory_order_acquire);
-      if (started == completed && started == available) {
+      std::uint64_t available;
+      if (started == completed) {
+        // Idle: wait for work, catch up with tasks callers ran themselves, and watch the
+        // time-out of one running on a caller's thread (nobody else can).
         std::unique_lock lk(m_);
-        work_cv_.wait(lk, [&] { return stop_ || submitted_ > started; });
-        if (submitted_ == started) return;  // stop requested and nothing left
+        for (;;) {
+          if (!inline_active_ && submitted_ > completed_.load(std::memory_order_relaxed)) break;
+          if (!inline_active_ && stop_) return;
+          const auto limit = std::chrono::nanoseconds(timeout_ns_.load(std::memory_order_relaxed));
+          if (!inline_active_) {
+            // Not woken when a caller starts running a task itself (that would cost the
+            // caller a system call): a lane asleep since before it wakes by then + limit/2,
+            // still ahead of the task's deadline.
+            work_cv_.wait_for(lk, limit / 2);
+            continue;
+          }
+          const std::uint64_t t = started_.load(std::memory_order_relaxed);
+          const auto deadline = clock::time_point(clock::duration(started_at_[slot_of(t)].load())) + limit;
+          if (clock::now() < deadline) {
+            work_cv_.wait_until(lk, deadline);
+          } else if (reported_ != t) {
+            reported_ = t;
+            const Task stuck = ring_[slot_of(t)];
+            lk.unlock();
+            exec_.timed_out(stuck, std::chrono::duration<double>(limit).count());
+            lk.lock();
+          } else {
+            work_cv_.wait_for(lk, limit);
+          }
+        }
+        started = completed = completed_.load(std::memory_order_relaxed);
         available = submitted_;
+      } else {
+        available = submitted_seen_.load(std::memory_order_acquire);
       }
       bool progressed = false;
       if (started < available) {
@@ -208,7 +275,7 @@ class lane final : public request_source {
   std::condition_variable work_cv_, done_cv_;
   std::array<Task, capacity> ring_{};
   std::array<std::atomic<clock::rep>, capacity> started_at_{};
-  std::uint64_t submitted_ = 0;                 // guarded by m_
+  std::uint64_t submitted_ = 0;                   // guarded by m_
   std::atomic<std::uint64_t> submitted_seen_{0};  // the same, readable by the lane without m_
   std::atomic<std::uint64_t> started_{0};
   std::atomic<std::uint64_t> completed_{0};
@@ -217,6 +284,7 @@ class lane final : public request_source {
   std::map<std::uint64_t, std::exception_ptr> errors_;
   std::atomic<int> error_count_{0};
   bool stop_ = false;
+  bool inline_active_ = false;  // guarded by m_: a caller is running the ticket started_
   std::thread thread_;
 };
 

@@ -12,12 +12,23 @@
 #include <string>
 
 #include "../mpi_types.hpp"
+#include "check.hpp"
 #include "lane.hpp"
 
 namespace strata::detail {
 
 struct mpi_task {
-  enum class kind : std::uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, send, recv, barrier, split, free };
+  enum class kind : std::uint8_t {
+    all_reduce,
+    reduce_scatter,
+    all_gather,
+    broadcast,
+    send,
+    recv,
+    barrier,
+    split,
+    free
+  };
   kind k = kind::barrier;
   MPI_Datatype type = MPI_DATATYPE_NULL;
   MPI_Op op = MPI_OP_NULL;
@@ -29,7 +40,7 @@ struct mpi_task {
   int peer = 0;           // root, destination or source
   int tag = 0;
   int color = 0, key = 0;
-  MPI_Comm* result = nullptr;                          // split
+  MPI_Comm* result = nullptr;                         // split
   void (*finish)(void*, std::size_t, int) = nullptr;  // avg: divide by the size
 };
 
@@ -71,7 +82,8 @@ inline bool mpi_finalized() {
 class mpi_state {
  public:
   // Takes ownership of `comm` (already duplicated or split for strata's exclusive use).
-  mpi_state(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)), lane_(*this, default_comm_timeout()) {
+  mpi_state(MPI_Comm comm, std::string name)
+      : comm_(comm), name_(std::move(name)), lane_(*this, default_comm_timeout()) {
     // Errors come back as codes, which STRATA_CHECK_MPI turns into exceptions for the waiter.
     STRATA_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     STRATA_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
@@ -111,8 +123,8 @@ class mpi_state {
   }
 
   [[noreturn]] void timed_out(const mpi_task& t, double seconds) {
-    std::fprintf(stderr, "strata: rank %d: %s of %zu elements timed out after %g s on %s\n", world_rank_,
-                 name_of(t.k), t.count, seconds, name_.c_str());
+    std::fprintf(stderr, "strata: rank %d: %s of %zu elements timed out after %g s on %s\n", world_rank_, name_of(t.k),
+                 t.count, seconds, name_.c_str());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
     std::abort();
@@ -159,10 +171,11 @@ class mpi_state {
     if (t.k == mpi_task::kind::recv) {
       // A shorter message than the buffer is an error too: the caller would read stale data.
       for (int i = 0; i < s.parts; ++i)
-        expects<comm_error>(s.status[i].MPI_ERROR == MPI_SUCCESS, mpi_error_string(s.status[i].MPI_ERROR));
+        check<comm_error>(s.status[i].MPI_ERROR == MPI_SUCCESS,
+                          [&] { return mpi_error_string(s.status[i].MPI_ERROR); });
       const std::size_t expected = s.parts == 2 ? t.n / chunk_ : t.n;
-      expects<comm_error>(got >= 0 && static_cast<std::size_t>(got) == expected,
-                          "the message has a different number of elements");
+      check<comm_error>(got >= 0 && static_cast<std::size_t>(got) == expected,
+                        [&] { return "the message has a different number of elements"; });
     }
     return true;
   }
@@ -219,20 +232,13 @@ class mpi_state {
         return true;
       }
       case k::broadcast:
-        chunks(t.n, [&](std::size_t off, int m) {
-          STRATA_CHECK_MPI(MPI_Bcast(out + off * e, m, t.type, t.peer, comm_));
-        });
+        chunks(t.n,
+               [&](std::size_t off, int m) { STRATA_CHECK_MPI(MPI_Bcast(out + off * e, m, t.type, t.peer, comm_)); });
         return true;
       case k::send:
-      case k::recv:
-        post(t, p2p_[slot]);
-        return test_p2p(t, p2p_[slot]);
-      case k::barrier:
-        STRATA_CHECK_MPI(MPI_Barrier(comm_));
-        return true;
-      case k::split:
-        STRATA_CHECK_MPI(MPI_Comm_split(comm_, t.color, t.key, t.result));
-        return true;
+      case k::recv: post(t, p2p_[slot]); return test_p2p(t, p2p_[slot]);
+      case k::barrier: STRATA_CHECK_MPI(MPI_Barrier(comm_)); return true;
+      case k::split: STRATA_CHECK_MPI(MPI_Comm_split(comm_, t.color, t.key, t.result)); return true;
       case k::free:
         if (comm_ != MPI_COMM_NULL && !mpi_finalized()) STRATA_CHECK_MPI(MPI_Comm_free(&comm_));
         return true;
@@ -257,7 +263,8 @@ class mpi_state {
       return;
     }
     const std::size_t blocks = t.n / chunk_, rest = t.n % chunk_;
-    expects<comm_error>(blocks <= static_cast<std::size_t>(INT_MAX), cat("message of ", t.n, " elements is too large"));
+    check<comm_error>(blocks <= static_cast<std::size_t>(INT_MAX),
+                      [&] { return cat("message of ", t.n, " elements is too large"); });
     STRATA_CHECK_MPI(MPI_Type_contiguous(static_cast<int>(chunk_), t.type, &s.body));
     STRATA_CHECK_MPI(MPI_Type_commit(&s.body));
     s.parts = 2;
