@@ -37,20 +37,19 @@
 
 namespace strata {
 
-template <class Model, class Space = host, class Sharding = replicated, class Optimizer = adamw,
-          class Precision = fp32, class Schedule = one_f_one_b>
-class trainer {
+namespace detail {
+
+// The trainer's body, shared by policies that compile to the same code: zero<S> and
+// zero<S, offload_optimizer> differ only in how memory is reported on the host, so they
+// share one instantiation (half the compile time of programs that dispatch over both).
+template <class Model, class Space, int Stage, class Optimizer, class Precision, class Schedule>
+class trainer_impl {
   static_assert(strata::model<Model>, "strata::trainer<Model, ...>: Model must satisfy strata::model (see model/concepts.hpp)");
-  static_assert(sharding_policy<Sharding>, "strata::trainer: Sharding must be strata::replicated or strata::zero<S, ...>");
-  static_assert(precision_policy<Precision>, "strata::trainer: Precision must be strata::fp32 or strata::mixed<bf16|fp16>");
-  static_assert(pipeline_schedule<Schedule>, "strata::trainer: Schedule must be strata::gpipe or strata::one_f_one_b");
   static_assert(std::is_same_v<Space, host>, "strata::trainer: no specialization for this space yet (host only)");
-  static_assert(!(Sharding::offload && Sharding::stage == 0), "strata::trainer: offload_optimizer needs zero<1|2|3>");
 
  public:
   using model_type = Model;
   using space_type = Space;
-  using sharding = Sharding;
   using optimizer_type = Optimizer;
   using precision = Precision;
   using schedule = Schedule;
@@ -59,10 +58,10 @@ class trainer {
   using grid_t = grid<comm_t>;
   using ctx_t = context<Space, comm_t>;
   using tensor_t = tensor<float, Space>;
-  static constexpr int stage = Sharding::stage;
+  static constexpr int stage = Stage;
 
-  trainer(grid_t& g, Model model, trainer_options opts = {}, Optimizer opt = {})
-      : grid_(g), dp_(g.data()), model_(std::move(model)), opts_(std::move(opts)), opt_(opt) {
+  trainer_impl(grid_t& g, Model model, trainer_options opts, Optimizer opt, bool offload)
+      : grid_(g), dp_(g.data()), model_(std::move(model)), opts_(std::move(opts)), opt_(opt), offload_(offload) {
     opts_.validate();
     assign_names(model_);
     layout_ = flat_layout::of(model_);
@@ -90,8 +89,8 @@ class trainer {
     if (grid_.tp_size() > 1 && grid_.tp_rank() != 0) collect_tp_norm_runs();
   }
 
-  trainer(const trainer&) = delete;
-  trainer& operator=(const trainer&) = delete;
+  trainer_impl(const trainer_impl&) = delete;
+  trainer_impl& operator=(const trainer_impl&) = delete;
 
   // One optimizer step over this rank's rows of the global batch: the micro-batches run
   // through the pipeline schedule, then the shards step.
@@ -210,7 +209,7 @@ class trainer {
     return st.extra;
   }
 
-  memory_report memory() const { return state_.report(plan_, stage, Sharding::offload, activation_bytes()); }
+  memory_report memory() const { return state_.report(plan_, stage, offload_, activation_bytes()); }
   const flat_layout& layout() const noexcept { return layout_; }
   const bucket_plan& plan() const noexcept { return plan_; }
   const std::vector<long>& skipped_steps() const noexcept { return skipped_; }
@@ -633,6 +632,7 @@ class trainer {
   Model model_;
   trainer_options opts_;
   Optimizer opt_;
+  bool offload_ = false;
   flat_layout layout_;
   bucket_plan plan_;
   std::vector<detail::layer_entry<ctx_t>> table_;
@@ -659,6 +659,25 @@ class trainer {
   long step_ = 0;
   std::vector<long> skipped_;
   double idle_ = 0;
+};
+
+}  // namespace detail
+
+template <class Model, class Space = host, class Sharding = replicated, class Optimizer = adamw,
+          class Precision = fp32, class Schedule = one_f_one_b>
+class trainer : public detail::trainer_impl<Model, Space, Sharding::stage, Optimizer, Precision, Schedule> {
+  static_assert(sharding_policy<Sharding>, "strata::trainer: Sharding must be strata::replicated or strata::zero<S, ...>");
+  static_assert(precision_policy<Precision>, "strata::trainer: Precision must be strata::fp32 or strata::mixed<bf16|fp16>");
+  static_assert(pipeline_schedule<Schedule>, "strata::trainer: Schedule must be strata::gpipe or strata::one_f_one_b");
+  static_assert(!(Sharding::offload && Sharding::stage == 0), "strata::trainer: offload_optimizer needs zero<1|2|3>");
+  using base = detail::trainer_impl<Model, Space, Sharding::stage, Optimizer, Precision, Schedule>;
+
+ public:
+  using sharding = Sharding;
+  using typename base::grid_t;
+
+  trainer(grid_t& g, Model model, trainer_options opts = {}, Optimizer opt = {})
+      : base(g, std::move(model), std::move(opts), opt, Sharding::offload) {}
 };
 
 }  // namespace strata
