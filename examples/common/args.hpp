@@ -30,6 +30,7 @@ class args {
     for (auto& [k, v] : values_)
       if (!used_.count(k)) throw strata::config_error("unknown option --" + k);
   }
+  bool has(const std::string& k) const { return values_.count(k) > 0; }
   bool flag(const std::string& k) { return used_.insert(k), values_.count(k) > 0; }
   std::string str(const std::string& k, std::string def) {
     used_.insert(k);

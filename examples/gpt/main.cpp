@@ -6,6 +6,7 @@
 #include <strata/strata.hpp>
 
 #include "../common/args.hpp"
+#include "../common/config.hpp"
 #include "model.hpp"
 
 namespace {
@@ -20,7 +21,8 @@ struct run_config {
 };
 
 template <class Sharding, class Schedule>
-int run(strata::environment& env, const run_config& rc, const strata::trainer_options& opts) {
+int run(strata::environment& env, const run_config& rc, const strata::trainer_options& opts,
+        const examples::config_choice& cc) {
   strata::grid g(env.world(), {.tensor = rc.tp, .pipeline = rc.pp});
   const int dp = g.dp_size();
   strata::expects<strata::config_error>(rc.batch % (static_cast<long>(dp) * opts.micro_batches) == 0, [&] {
@@ -28,7 +30,7 @@ int run(strata::environment& env, const run_config& rc, const strata::trainer_op
                                " x ", opts.micro_batches);
   });
   strata::trainer<gpt::model, strata::host, Sharding, strata::adamw, strata::fp32, Schedule> tr(
-      g, gpt::make_model(rc.model, g.tp_rank(), g.tp_size()), opts);
+      g, gpt::make_model(rc.model, g.tp_rank(), g.tp_size()), opts, cc.optimizer<strata::adamw>());
   gpt::synthetic_tokens data(rc.model, rc.seed);
   const long local = rc.batch / dp;
   strata::batch<> b;
@@ -95,12 +97,16 @@ int main(int argc, char** argv) {
     opts.lr = static_cast<float>(a.real("lr", 3e-3));
     opts.seed = rc.seed;
     opts.bucket_elems = static_cast<std::size_t>(a.integer("bucket", 1 << 14));
+    opts.schedule = strata::lr_schedule::constant(opts.lr);
+    const auto cc = examples::apply_config(a, "gpt", env.rank(), env.size(), pol, opts, rc.batch, &rc.tp, &rc.pp);
     a.check_all_used();
     strata::expects<strata::config_error>(rc.steps >= 0, [&] { return strata::detail::cat("--steps ", rc.steps, " is negative"); });
-    opts.schedule = strata::lr_schedule::constant(opts.lr);
     opts.validate();
+    strata::expects<strata::config_error>(pol.optimizer == "adamw" && pol.precision == "fp32", [&] {
+      return strata::detail::cat("gpt trains with AdamW in fp32; the config asks for ", pol.optimizer, " in ", pol.precision);
+    });
     return strata::dispatch_sharding_schedule(pol, [&](auto s, auto sc) {
-      return run<typename decltype(s)::type, typename decltype(sc)::type>(env, rc, opts);
+      return run<typename decltype(s)::type, typename decltype(sc)::type>(env, rc, opts, cc);
     });
   } catch (const strata::error& e) {
     if (env.rank() == 0) std::fprintf(stderr, "gpt: error: %s\n", e.what());

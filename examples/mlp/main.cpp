@@ -8,6 +8,7 @@
 #include <strata/strata.hpp>
 
 #include "../common/args.hpp"
+#include "../common/config.hpp"
 #include "model.hpp"
 
 namespace {
@@ -23,14 +24,16 @@ struct run_config {
 };
 
 template <class Sharding, class Optimizer, class Precision>
-int run(strata::environment& env, const run_config& rc, const strata::trainer_options& opts) {
+int run(strata::environment& env, const run_config& rc, const strata::trainer_options& opts,
+        const examples::config_choice& cc) {
   strata::grid g(env.world(), {});
   const int ranks = g.dp_size(), rank = g.dp_rank();
   strata::expects<strata::config_error>(
       rc.batch % (static_cast<long>(ranks) * opts.micro_batches) == 0,
       strata::detail::cat("--batch ", rc.batch, " must be divisible by processes x micro-batches = ", ranks, " x ",
                           opts.micro_batches));
-  strata::trainer<mlp::model, strata::host, Sharding, Optimizer, Precision> tr(g, mlp::make_model(rc.shape), opts);
+  strata::trainer<mlp::model, strata::host, Sharding, Optimizer, Precision> tr(g, mlp::make_model(rc.shape), opts,
+                                                                              cc.optimizer<Optimizer>());
   mlp::synthetic_data data(rc.shape, rc.seed);
   const long local = rc.batch / ranks;
   strata::batch<> b;
@@ -105,13 +108,14 @@ int main(int argc, char** argv) {
     opts.max_grad_norm = static_cast<float>(a.real("clip", 0.0));
     opts.seed = rc.seed;
     opts.bucket_elems = static_cast<std::size_t>(a.integer("bucket", 4096));
+    opts.schedule = strata::lr_schedule::constant(opts.lr);
+    const auto cc = examples::apply_config(a, "mlp", env.rank(), env.size(), pol, opts, rc.batch);
     a.check_all_used();
     strata::expects<strata::config_error>(rc.steps >= 0, strata::detail::cat("--steps ", rc.steps, " is negative"));
     strata::expects<strata::config_error>(rc.batch > 0, strata::detail::cat("--batch ", rc.batch, " must be positive"));
-    opts.schedule = strata::lr_schedule::constant(opts.lr);
     opts.validate();
     return strata::dispatch(pol, [&](auto s, auto o, auto p) {
-      return run<typename decltype(s)::type, typename decltype(o)::type, typename decltype(p)::type>(env, rc, opts);
+      return run<typename decltype(s)::type, typename decltype(o)::type, typename decltype(p)::type>(env, rc, opts, cc);
     });
   } catch (const strata::error& e) {
     if (env.rank() == 0) std::fprintf(stderr, "mlp: error: %s\n", e.what());

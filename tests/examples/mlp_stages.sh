@@ -42,4 +42,17 @@ for bad in "--zero 5" "--micro-batches 0" "--steps -1" "--lr -0.1" "--precision 
   [ "$rc" != 0 ] || { echo "FAILED: '$bad' was accepted"; exit 1; }
   echo "$out" | grep -q "mlp: error: " || { echo "FAILED: '$bad' gave no clear message"; exit 1; }
 done
+# A DeepSpeed config decides the policies: ZeRO-2, bf16, AdamW, batch 64 in 2 micro-batches.
+cfg=$(dirname "$0")/../../examples/configs/ds_zero2_bf16.json
+"$mpiexec" -n 4 "$mlp" --config "$cfg" --steps 3 --quiet --report "$work/config.json"
+python3 - "$work/config.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["policy"] == {"sharding": "zero2", "optimizer": "adamw", "precision": "bf16"}, r["policy"]
+PY
+set +e
+out=$("$mpiexec" -n 2 "$mlp" --config "$cfg" --zero 1 --quiet 2>&1)
+rc=$?
+set -e
+[ "$rc" = 2 ] && echo "$out" | grep -q "mlp: error: --zero conflicts with --config" || { echo "FAILED: --zero with --config: $out"; exit 1; }
 echo "mlp_stages: ok"
