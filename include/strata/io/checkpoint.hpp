@@ -1,7 +1,8 @@
-// Sharded checkpoints that survive anything: every rank writes its shard of master
-// weights and optimizer moments, rank 0 a manifest; written to a temporary directory,
-// fsynced, verified, renamed; `latest` moves last. Loading maps each rank's new shard
-// onto the saved one, so a checkpoint loads at any data-parallel size and ZeRO stage.
+// Sharded checkpoints that survive anything: every rank holding a shard writes it (master
+// weights and optimizer moments), world rank 0 a manifest; written to a temporary
+// directory, fsynced, verified, renamed; `latest` moves last. Loading maps each element a
+// rank owns in its new layout to the file and position that saved it, so a checkpoint
+// loads at any tensor x data x pipeline layout and ZeRO stage.
 #pragma once
 #include <algorithm>
 #include <csignal>
@@ -19,6 +20,7 @@
 #include "../core/shape.hpp"
 #include "../optim/loss_scaler.hpp"
 #include "../parallel/bucket_plan.hpp"
+#include "detail/checkpoint_layout.hpp"
 #include "detail/files.hpp"
 
 namespace strata {
@@ -30,13 +32,20 @@ struct checkpoint_options {
 // What a trainer hands to save/load: identity of the model and optimizer, the rank's
 // shard, and the scalar training state. The trainer fills it (train/trainer.hpp).
 struct checkpoint_state {
+  // This pipeline stage's params: local shapes, and the slice of the full tensor each
+  // is (shard_dim -1: whole), at param_offset in this layout's padded plan.
   std::vector<std::string> names;
-  std::vector<shape> shapes;
-  std::vector<std::size_t> param_offset;  // padded offsets in this layout's plan
+  std::vector<shape> shapes, full_shapes;
+  std::vector<int> shard_dims;
+  std::vector<std::int64_t> shard_offsets;
+  std::vector<std::size_t> param_offset;
+  // The whole model (every stage), in order: what identifies it across layouts.
+  std::vector<std::string> model_names;
+  std::vector<shape> model_full_shapes;
   const bucket_plan* plan = nullptr;
   std::string optimizer, precision;
-  int state_slots = 0, stage = 0, dp_rank = 0, dp_size = 1, tp = 1, pp = 1;
-  bool replicated_master = false;  // stage 0: every rank holds the whole master
+  int state_slots = 0, stage = 0, dp_rank = 0, dp_size = 1, tp = 1, pp = 1, tp_rank = 0, pp_rank = 0;
+  bool replicated_master = false;  // stage 0: every data-parallel rank holds the whole master
   float* arrays[3] = {nullptr, nullptr, nullptr};  // master, state0, state1
   std::size_t owned = 0;                            // elements in each array
   // Calls f(padded_offset, index_in_arrays, n) for the parts of [lo, hi) this rank holds.
@@ -51,7 +60,7 @@ struct checkpoint_state {
 
 namespace detail {
 
-inline constexpr int checkpoint_format_version = 1;
+inline constexpr int checkpoint_format_version = 2;
 
 inline std::string step_dir_name(long step) {
   char s[32];
@@ -93,17 +102,61 @@ inline std::filesystem::path resolve_checkpoint(const std::filesystem::path& dir
   return step_dir;
 }
 
+// Gathers each rank's string on every rank of `world` (sizes differ).
+template <class Comm>
+std::vector<std::string> all_gather_strings(Comm& world, const std::string& mine) {
+  std::uint64_t n = mine.size();
+  std::vector<std::uint64_t> sizes(static_cast<std::size_t>(world.size()));
+  world.all_gather(std::span<const std::uint64_t>(&n, 1), std::span<std::uint64_t>(sizes));
+  const std::size_t most = std::max<std::size_t>(1, *std::max_element(sizes.begin(), sizes.end()));
+  std::vector<std::uint8_t> padded(most), all(most * sizes.size());
+  std::copy(mine.begin(), mine.end(), padded.begin());
+  world.all_gather(std::span<const std::uint8_t>(padded), std::span<std::uint8_t>(all));
+  std::vector<std::string> out;
+  for (std::size_t r = 0; r < sizes.size(); ++r)
+    out.emplace_back(reinterpret_cast<const char*>(all.data() + r * most), sizes[r]);
+  return out;
+}
+
+// This (tensor, pipeline) group's entry of the manifest, given each data-parallel rank's
+// {checksum, bytes, world rank} of the file it wrote.
+inline nlohmann::json group_entry(const checkpoint_state& s, const std::vector<std::uint64_t>& sums) {
+  nlohmann::json g;
+  g["tp_rank"] = s.tp_rank;
+  g["pp_rank"] = s.pp_rank;
+  g["master"] = s.replicated_master ? "replicated" : "sharded";
+  g["elements_per_file"] = s.owned;
+  g["params"] = nlohmann::json::array();
+  for (std::size_t i = 0; i < s.names.size(); ++i)
+    g["params"].push_back(to_json(saved_param{s.names[i], s.shapes[i], s.full_shapes[i], s.shard_dims[i], s.shard_offsets[i],
+                                              s.param_offset[i]}));
+  g["buckets"] = nlohmann::json::array();
+  for (const auto& b : s.plan->buckets())
+    g["buckets"].push_back({{"offset", b.offset}, {"size", b.size}, {"piece", b.piece}, {"shard_offset", b.shard_offset}});
+  const int files = s.replicated_master ? 1 : s.dp_size;
+  for (int r = 0; r < files; ++r)
+    g["files"].push_back({{"name", rank_file_name(static_cast<int>(sums[3 * r + 2]))}, {"dp_rank", r},
+                          {"bytes", sums[3 * r + 1]}, {"checksum", hex(sums[3 * r])}});
+  return g;
+}
+
 }  // namespace detail
 
-// Saves a checkpoint of step s.step under dir (collective over the data-parallel ranks).
+// Saves a checkpoint of step s.step under dir: collective over `world` (every rank of
+// the grid), `dp` being this rank's data-parallel group.
 template <class Comm>
-void save_checkpoint(Comm& dp, const checkpoint_state& s, const std::filesystem::path& dir,
+void save_checkpoint(Comm& world, Comm& dp, const checkpoint_state& s, const std::filesystem::path& dir,
                      const checkpoint_options& opt = {}) {
   namespace fs = std::filesystem;
   const std::string name = detail::step_dir_name(s.step);
   const fs::path tmp = dir / ("." + name + ".tmp"), final_dir = dir / name;
+  // Every rank learns of a failure anywhere, so all throw together.
   int failed = 0;
-  if (dp.rank() == 0) {
+  auto agree = [&] {
+    world.all_reduce(std::span<int>(&failed, 1), reduce_op::max);
+    return failed != 0;
+  };
+  if (world.rank() == 0) {
     try {
       fs::create_directories(dir);
       fs::remove_all(tmp);  // a leftover of an interrupted save of the same step
@@ -112,33 +165,41 @@ void save_checkpoint(Comm& dp, const checkpoint_state& s, const std::filesystem:
       failed = 1;
     }
   }
-  dp.all_reduce(std::span<int>(&failed, 1), reduce_op::max);
-  if (failed) throw checkpoint_error(detail::cat(tmp.string(), ": cannot create the checkpoint directory"));
+  if (agree()) throw checkpoint_error(detail::cat(tmp.string(), ": cannot create the checkpoint directory"));
 
-  // Every rank of a sharded master writes its shard; with a replicated master rank 0 does.
+  // Every rank of a sharded master writes its shard; with a replicated master data-parallel
+  // rank 0 of each (tensor, pipeline) group does. Files are named by world rank.
   const bool writes = !s.replicated_master || dp.rank() == 0;
-  std::uint64_t sums[2] = {0, 0};  // checksum, bytes
+  const auto path = (tmp / detail::rank_file_name(world.rank())).string();
+  std::uint64_t sums[3] = {0, 0, static_cast<std::uint64_t>(world.rank())};  // checksum, bytes, world rank
   if (writes) {
-    const auto path = (tmp / detail::rank_file_name(dp.rank())).string();
-    detail::posix_file f(path, O_WRONLY | O_CREAT | O_TRUNC);
-    detail::checksum64_stream h;
-    for (int a = 0; a < 1 + s.state_slots; ++a) {
-      const std::size_t bytes = s.owned * sizeof(float);
-      if (a == 1 && detail::fault_kill_requested(dp.rank(), s.step)) {
-        f.sync();
-        std::raise(SIGKILL);
+    try {
+      detail::posix_file f(path, O_WRONLY | O_CREAT | O_TRUNC);
+      detail::checksum64_stream h;
+      for (int a = 0; a < 1 + s.state_slots; ++a) {
+        const std::size_t bytes = s.owned * sizeof(float);
+        if (a == 1 && detail::fault_kill_requested(world.rank(), s.step)) {
+          f.sync();
+          std::raise(SIGKILL);
+        }
+        f.write_all(s.arrays[a], bytes);
+        h.update(s.arrays[a], bytes);
+        sums[1] += bytes;
       }
-      f.write_all(s.arrays[a], bytes);
-      h.update(s.arrays[a], bytes);
-      sums[1] += bytes;
+      f.sync();
+      sums[0] = h.finish();
+    } catch (const std::exception& e) {
+      failed = 1;
+      std::fprintf(stderr, "strata: checkpoint %s: %s\n", path.c_str(), e.what());
     }
-    f.sync();
-    sums[0] = h.finish();
   }
-  std::vector<std::uint64_t> all(2 * static_cast<std::size_t>(dp.size()));
-  dp.all_gather(std::span<const std::uint64_t>(sums, 2), std::span<std::uint64_t>(all));
+  if (agree()) throw checkpoint_error(detail::cat(tmp.string(), ": a shard could not be written"));
+  std::vector<std::uint64_t> all(3 * static_cast<std::size_t>(dp.size()));
+  dp.all_gather(std::span<const std::uint64_t>(sums, 3), std::span<std::uint64_t>(all));
 
-  if (dp.rank() == 0) {
+  // Each group's data-parallel rank 0 describes its group; world rank 0 writes the manifest.
+  const auto groups = detail::all_gather_strings(world, dp.rank() == 0 ? detail::group_entry(s, all).dump() : std::string());
+  if (world.rank() == 0) {
     try {
       nlohmann::json m;
       m["format"] = "strata-checkpoint";
@@ -154,38 +215,31 @@ void save_checkpoint(Comm& dp, const checkpoint_state& s, const std::filesystem:
       m["optimizer"] = s.optimizer;
       m["state_slots"] = s.state_slots;
       m["precision"] = s.precision;
-      m["layout"] = {{"tp", s.tp}, {"dp", s.dp_size}, {"pp", s.pp}, {"zero_stage", s.stage},
-                     {"master", s.replicated_master ? "replicated" : "sharded"}, {"elements_per_file", s.owned}};
-      for (std::size_t i = 0; i < s.names.size(); ++i) {
-        std::vector<std::int64_t> dims(s.shapes[i].dims.begin(), s.shapes[i].dims.begin() + s.shapes[i].rank);
-        m["params"].push_back({{"name", s.names[i]}, {"shape", dims}, {"dtype", "F32"}, {"offset", s.param_offset[i]}});
-      }
-      for (const auto& b : s.plan->buckets())
-        m["buckets"].push_back({{"offset", b.offset}, {"size", b.size}, {"piece", b.piece}, {"shard_offset", b.shard_offset}});
-      const int files = s.replicated_master ? 1 : dp.size();
-      for (int r = 0; r < files; ++r)
-        m["files"].push_back({{"name", detail::rank_file_name(r)}, {"rank", r}, {"bytes", all[2 * r + 1]},
-                              {"checksum", detail::hex(all[2 * r])}});
+      m["layout"] = {{"tp", s.tp}, {"dp", s.dp_size}, {"pp", s.pp}, {"zero_stage", s.stage}};
+      m["groups"] = nlohmann::json::array();
+      for (const auto& g : groups)
+        if (!g.empty()) m["groups"].push_back(nlohmann::json::parse(g));
       detail::write_file_atomic(tmp / "manifest.json", m.dump(1));
     } catch (const std::exception&) {
       failed = 1;
     }
   }
-  dp.all_reduce(std::span<int>(&failed, 1), reduce_op::max);
-  if (failed) throw checkpoint_error(detail::cat(tmp.string(), "/manifest.json: could not be written"));
+  if (agree()) throw checkpoint_error(detail::cat(tmp.string(), "/manifest.json: could not be written"));
 
   // Verify what reached the disk before it replaces anything: each rank re-reads its file.
   if (writes) {
-    const auto path = (tmp / detail::rank_file_name(dp.rank())).string();
-    detail::posix_file f(path, O_RDONLY);
-    std::vector<char> back(f.size());
-    if (!back.empty()) f.read_at(back.data(), back.size(), 0);
-    if (back.size() != sums[1] || detail::checksum64(back.data(), back.size()) != sums[0]) failed = 1;
+    try {
+      detail::posix_file f(path, O_RDONLY);
+      std::vector<char> back(f.size());
+      if (!back.empty()) f.read_at(back.data(), back.size(), 0);
+      if (back.size() != sums[1] || detail::checksum64(back.data(), back.size()) != sums[0]) failed = 1;
+    } catch (const std::exception&) {
+      failed = 1;
+    }
   }
-  dp.all_reduce(std::span<int>(&failed, 1), reduce_op::max);
-  if (failed) throw checkpoint_error(detail::cat(tmp.string(), ": a shard read back differs from what was written"));
+  if (agree()) throw checkpoint_error(detail::cat(tmp.string(), ": a shard read back differs from what was written"));
 
-  if (dp.rank() == 0) {
+  if (world.rank() == 0) {
     try {
       detail::sync_directory(tmp);
       const fs::path old = dir / ("." + name + ".old");
@@ -209,119 +263,123 @@ void save_checkpoint(Comm& dp, const checkpoint_state& s, const std::filesystem:
       std::fprintf(stderr, "strata: checkpoint %s: %s\n", final_dir.c_str(), e.what());
     }
   }
-  dp.all_reduce(std::span<int>(&failed, 1), reduce_op::max);
-  if (failed) throw checkpoint_error(detail::cat(final_dir.string(), ": could not be put in place"));
+  if (agree()) throw checkpoint_error(detail::cat(final_dir.string(), ": could not be put in place"));
 }
 
 // Loads dir (a checkpoint directory, or one with a `latest` pointer) into s, whatever
-// data-parallel size and ZeRO stage saved it (collective over the data-parallel ranks).
+// tensor x data x pipeline layout and ZeRO stage saved it (collective over `world`).
 template <class Comm>
-void load_checkpoint(Comm& dp, checkpoint_state& s, const std::filesystem::path& dir) {
+void load_checkpoint(Comm& world, checkpoint_state& s, const std::filesystem::path& dir) {
   namespace fs = std::filesystem;
   const fs::path step_dir = detail::resolve_checkpoint(dir);
   const fs::path manifest_path = step_dir / "manifest.json";
+  const std::string where = manifest_path.string();
   nlohmann::json m;
   try {
     m = nlohmann::json::parse(detail::read_text_file(manifest_path));
   } catch (const nlohmann::json::exception& e) {
-    throw checkpoint_error(detail::cat(manifest_path.string(), ": not valid JSON (", e.what(), ")"));
+    throw checkpoint_error(detail::cat(where, ": not valid JSON (", e.what(), ")"));
   }
-  auto fail = [&](const std::string& what) { throw checkpoint_error(manifest_path.string() + ": " + what); };
+  auto fail = [&](const std::string& what) { throw checkpoint_error(where + ": " + what); };
   try {
     if (m.value("format", "") != "strata-checkpoint") fail("not a strata checkpoint manifest");
     if (m.at("format_version").get<int>() != detail::checkpoint_format_version)
       fail(detail::cat("format version ", m.at("format_version").get<int>(), ", this strata reads version ",
                        detail::checkpoint_format_version));
-    const auto& lay = m.at("layout");
-    if (lay.at("tp").get<int>() != s.tp || lay.at("pp").get<int>() != s.pp)
-      fail(detail::cat("saved with tensor x pipeline = ", lay.at("tp").get<int>(), " x ", lay.at("pp").get<int>(),
-                       "; loading at ", s.tp, " x ", s.pp, " needs the consolidated export (safetensors)"));
     if (m.at("optimizer").get<std::string>() != s.optimizer || m.at("state_slots").get<int>() != s.state_slots)
       fail(detail::cat("saved with optimizer ", m.at("optimizer").get<std::string>(), ", this run uses ", s.optimizer));
-    // The model must be the same: names and shapes, in order.
-    const auto& params = m.at("params");
-    if (params.size() != s.names.size())
-      fail(detail::cat("checkpoint of another model: ", params.size(), " params, this model has ", s.names.size()));
-    std::vector<std::size_t> old_offset(params.size());
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      const auto& p = params[i];
-      const auto pname = p.at("name").get<std::string>();
-      const auto dims = p.at("shape").get<std::vector<std::int64_t>>();
-      std::vector<std::int64_t> want(s.shapes[i].dims.begin(), s.shapes[i].dims.begin() + s.shapes[i].rank);
-      if (pname != s.names[i] || dims != want)
-        fail(detail::cat("checkpoint of another model: param ", i, " is '", pname, "' of shape ", nlohmann::json(dims).dump(),
-                         ", this model has '", s.names[i], "' of shape ", s.shapes[i].str()));
-      old_offset[i] = p.at("offset").get<std::size_t>();
-    }
-    struct old_bucket {
-      std::size_t offset, size, piece, shard_offset;
-    };
-    std::vector<old_bucket> buckets;
-    for (const auto& b : m.at("buckets"))
-      buckets.push_back({b.at("offset").get<std::size_t>(), b.at("size").get<std::size_t>(),
-                         b.at("piece").get<std::size_t>(), b.at("shard_offset").get<std::size_t>()});
-    const bool old_replicated = lay.at("master").get<std::string>() == "replicated";
-    const std::size_t per_file = lay.at("elements_per_file").get<std::size_t>();
-    const auto& files = m.at("files");
+    const auto& lay = m.at("layout");
+    std::vector<detail::saved_group> groups;
+    for (const auto& g : m.at("groups")) groups.push_back(detail::saved_group::parse(g));
+    if (groups.size() != lay.at("tp").get<std::size_t>() * lay.at("pp").get<std::size_t>())
+      fail(detail::cat(groups.size(), " groups for a layout of tensor ", lay.at("tp").get<int>(), " x pipeline ",
+                       lay.at("pp").get<int>()));
+
+    // The model must be the same: names and full shapes of every param, in order.
+    const auto saved = detail::saved_model(groups);
+    if (saved.size() != s.model_names.size())
+      fail(detail::cat("checkpoint of another model: ", saved.size(), " params, this model has ", s.model_names.size()));
+    for (std::size_t i = 0; i < saved.size(); ++i)
+      if (saved[i]->name != s.model_names[i] || !(saved[i]->full == s.model_full_shapes[i]))
+        fail(detail::cat("checkpoint of another model: param ", i, " is '", saved[i]->name, "' of shape ",
+                         saved[i]->full.str(), ", this model has '", s.model_names[i], "' of shape ",
+                         s.model_full_shapes[i].str()));
+    const auto index = detail::index_groups(groups);
+
+    // Every rank opens every shard and checks its size (cheap); each shard's checksum is
+    // checked by one rank of the world.
     const int slots = s.state_slots;
-
-    // Every rank checks every file's size (cheap); each file's checksum is checked by one rank.
-    std::vector<std::unique_ptr<detail::posix_file>> handles(files.size());
-    long bad = -1;
-    std::string why;
-    for (std::size_t f = 0; f < files.size(); ++f) {
-      const auto path = (step_dir / files[f].at("name").get<std::string>()).string();
-      const std::size_t want = files[f].at("bytes").get<std::size_t>();
-      if (want != per_file * sizeof(float) * static_cast<std::size_t>(1 + slots)) fail("file sizes disagree with the layout");
-      try {
-        handles[f] = std::make_unique<detail::posix_file>(path, O_RDONLY);
-      } catch (const checkpoint_error& e) {
-        throw checkpoint_error(detail::cat(path, ": missing shard (", e.what(), ")"));
-      }
-      if (handles[f]->size() != want)
-        throw checkpoint_error(detail::cat(path, ": truncated or padded shard: ", handles[f]->size(), " bytes, the manifest says ", want));
-      if (static_cast<int>(f % static_cast<std::size_t>(dp.size())) == dp.rank()) {
-        std::vector<char> bytes(want);
-        if (want) handles[f]->read_at(bytes.data(), want, 0);
-        if (detail::hex(detail::checksum64(bytes.data(), bytes.size())) != files[f].at("checksum").get<std::string>() && bad < 0)
-          bad = static_cast<long>(f);
+    long bad = -1, k = 0;
+    std::vector<std::pair<std::size_t, std::size_t>> numbered;
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      auto& gr = groups[g];
+      if (gr.files.size() != (gr.replicated ? 1u : lay.at("dp").get<std::size_t>())) fail("file count disagrees with the layout");
+      for (std::size_t f = 0; f < gr.files.size(); ++f, ++k) {
+        auto& file = gr.files[f];
+        numbered.push_back({g, f});
+        const auto path = (step_dir / file.name).string();
+        if (file.bytes != gr.per_file * sizeof(float) * static_cast<std::size_t>(1 + slots))
+          fail("file sizes disagree with the layout");
+        try {
+          file.handle = std::make_unique<detail::posix_file>(path, O_RDONLY);
+        } catch (const checkpoint_error& e) {
+          throw checkpoint_error(detail::cat(path, ": missing shard (", e.what(), ")"));
+        }
+        if (file.handle->size() != file.bytes)
+          throw checkpoint_error(detail::cat(path, ": truncated or padded shard: ", file.handle->size(),
+                                             " bytes, the manifest says ", file.bytes));
+        if (k % world.size() == world.rank()) {
+          std::vector<char> bytes(file.bytes);
+          if (!bytes.empty()) file.handle->read_at(bytes.data(), bytes.size(), 0);
+          if (detail::hex(detail::checksum64(bytes.data(), bytes.size())) != file.checksum && bad < 0) bad = k;
+        }
       }
     }
-    dp.all_reduce(std::span<long>(&bad, 1), reduce_op::max);
-    if (bad >= 0)
-      throw checkpoint_error(detail::cat((step_dir / files[static_cast<std::size_t>(bad)].at("name").get<std::string>()).string(),
+    world.all_reduce(std::span<long>(&bad, 1), reduce_op::max);
+    if (bad >= 0) {
+      const auto [g, f] = numbered[static_cast<std::size_t>(bad)];
+      throw checkpoint_error(detail::cat((step_dir / groups[g].files[f].name).string(),
                                          ": checksum does not match the manifest (the shard is corrupt)"));
+    }
 
-    // Read exactly the ranges this rank owns in the new layout from where they were saved.
-    auto read_old = [&](std::size_t old_padded, std::size_t dst_index, std::size_t n) {
-      while (n > 0) {
-        std::size_t file = 0, pos = old_padded, count = n;
-        if (!old_replicated) {
-          auto it = std::upper_bound(buckets.begin(), buckets.end(), old_padded,
-                                     [](std::size_t v, const old_bucket& b) { return v < b.offset; });
-          if (it == buckets.begin()) fail("a param offset lies before the first bucket");
-          const auto& b = *(it - 1);
-          const std::size_t within = old_padded - b.offset;
-          if (within >= b.size) fail("a param offset lies outside every bucket");
-          file = within / b.piece;
-          pos = b.shard_offset + within % b.piece;
-          count = std::min(n, b.piece - within % b.piece);
-        }
-        if (file >= files.size() || pos + count > per_file) fail("a param range lies outside the saved shards");
-        for (int a = 0; a < 1 + slots; ++a)
-          handles[file]->read_at(s.arrays[a] + dst_index, count * sizeof(float),
-                                 (static_cast<std::size_t>(a) * per_file + pos) * sizeof(float));
-        old_padded += count;
-        dst_index += count;
-        n -= count;
-      }
+    // Each element this rank owns: its full-tensor index, the saved slice holding it, the
+    // file and position there; consecutive positions of one file coalesce into one read.
+    struct run {
+      const detail::posix_file* file = nullptr;
+      std::size_t per_file = 0, pos = 0, dst = 0, n = 0;
+    } r;
+    auto flush = [&] {
+      for (int a = 0; r.n > 0 && a < 1 + slots; ++a)
+        r.file->read_at(s.arrays[a] + r.dst, r.n * sizeof(float), (static_cast<std::size_t>(a) * r.per_file + r.pos) * sizeof(float));
+      r.n = 0;
     };
     for (std::size_t i = 0; i < s.names.size(); ++i) {
+      const detail::saved_param mine{s.names[i], s.shapes[i], s.full_shapes[i], s.shard_dims[i], s.shard_offsets[i], s.param_offset[i]};
+      const auto found = index.find(mine.name);
+      if (found == index.end()) fail(detail::cat("no saved param '", mine.name, "'"));
+      const auto& slices = found->second;
+      std::size_t hint = 0;
       const std::size_t lo = s.param_offset[i], hi = lo + s.shapes[i].numel();
-      s.for_each_owned(lo, hi, [&](std::size_t padded, std::size_t index, std::size_t n) {
-        read_old(old_offset[i] + (padded - lo), index, n);
+      s.for_each_owned(lo, hi, [&](std::size_t padded, std::size_t dst, std::size_t n) {
+        for (std::size_t j = 0; j < n; ++j) {
+          const std::size_t full = detail::local_to_full(mine, padded - lo + j);
+          std::size_t local = detail::full_to_local(groups[slices[hint].first].params[slices[hint].second], full);
+          for (std::size_t t = 0; local == detail::npos && t < slices.size(); ++t)
+            if ((local = detail::full_to_local(groups[slices[t].first].params[slices[t].second], full)) != detail::npos) hint = t;
+          if (local == detail::npos) fail(detail::cat("element ", full, " of '", mine.name, "' is in no saved slice"));
+          const auto& gr = groups[slices[hint].first];
+          const auto at = gr.locate(gr.params[slices[hint].second].offset + local, where);
+          const auto* file = gr.files[at.file].handle.get();
+          if (r.n > 0 && r.file == file && at.pos == r.pos + r.n && dst + j == r.dst + r.n) {
+            ++r.n;
+            continue;
+          }
+          flush();
+          r = {file, gr.per_file, at.pos, dst + j, 1};
+        }
       });
     }
+    flush();
     s.step = m.at("step").get<long>();
     s.skipped = m.at("skipped_steps").get<std::vector<long>>();
     const auto& ls = m.at("loss_scaler");

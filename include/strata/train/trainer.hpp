@@ -189,18 +189,16 @@ class trainer_impl {
   // verbatim (a data position, say) and returned by load().
   void save(const std::filesystem::path& dir, nlohmann::json extra = nlohmann::json::object(),
             const checkpoint_options& o = {}) {
-    require_data_parallel_only("save");
     auto st = checkpoint_view();
     st.extra = std::move(extra);
-    save_checkpoint(dp_, st, dir, o);
+    save_checkpoint(grid_.world(), dp_, st, dir, o);
   }
 
-  // Loads a checkpoint saved at any data-parallel size and stage; training continues
-  // from its step exactly as the saved run would have (collective).
+  // Loads a checkpoint saved at any tensor x data x pipeline layout and stage; training
+  // continues from its step exactly as the saved run would have (collective).
   nlohmann::json load(const std::filesystem::path& dir) {
-    require_data_parallel_only("load");
     auto st = checkpoint_view();
-    load_checkpoint(dp_, st, dir);
+    load_checkpoint(grid_.world(), st, dir);
     step_ = st.step;
     skipped_ = st.skipped;
     scaler_.restore(st.scaler);
@@ -234,13 +232,6 @@ class trainer_impl {
   int pp_size() const { return grid_.pp_size(); }
   bool is_first_stage() const { return pp_rank() == 0; }
   bool is_last_stage() const { return pp_rank() == pp_size() - 1; }
-
-  void require_data_parallel_only(const char* what) const {
-    expects<config_error>(grid_.tp_size() == 1 && pp_size() == 1, [&] {
-      return detail::cat("strata::trainer::", what, ": sharded checkpoints of tensor/pipeline-parallel runs (tp ",
-                         grid_.tp_size(), ", pp ", pp_size(), ") are not supported yet; export the consolidated weights");
-    });
-  }
 
   void check_batch(const batch<Space>& b) const {
     const int K = opts_.micro_batches;
@@ -578,9 +569,17 @@ class trainer_impl {
   checkpoint_state checkpoint_view() {
     checkpoint_state st;
     for (std::size_t i : stage_params_) {
+      const param<float>& p = *all_params_[i];
       st.names.push_back(layout_.params()[i].name);
       st.shapes.push_back(layout_.params()[i].shape);
+      st.full_shapes.push_back(p.sharded() ? p.full_shape : p.shape);
+      st.shard_dims.push_back(p.sharded() ? p.shard_dim : -1);
+      st.shard_offsets.push_back(p.sharded() ? p.shard_offset : 0);
       st.param_offset.push_back(param_offset_[i]);
+    }
+    for (const auto* p : all_params_) {
+      st.model_names.push_back(p->name);
+      st.model_full_shapes.push_back(p->sharded() ? p->full_shape : p->shape);
     }
     st.plan = &plan_;
     st.optimizer = Optimizer::name;
@@ -591,6 +590,8 @@ class trainer_impl {
     st.dp_size = dp_.size();
     st.tp = grid_.tp_size();
     st.pp = pp_size();
+    st.tp_rank = grid_.tp_rank();
+    st.pp_rank = pp_rank();
     st.replicated_master = stage == 0;
     st.arrays[0] = state_.master.data();
     st.arrays[1] = state_.state0.data();
