@@ -8,7 +8,10 @@
 #include <cstddef>
 
 #include "../space/cuda.hpp"
+#include "adamw.hpp"
 #include "cuda_run_table.hpp"
+#include "lion.hpp"
+#include "sgd.hpp"
 
 namespace strata::kernels {
 
@@ -17,10 +20,68 @@ namespace detail {
 inline constexpr int cuda_block = 256;
 inline constexpr int cuda_max_devices = 64;
 
+// Iterations ahead of the current element whose inputs a thread prefetches into L2.
+inline constexpr int cuda_prefetch_ahead = 2;
+
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// The inputs an update functor reads for element i. The functors read and write through
+// pointers that may alias, so the compiler cannot hoist the next element's loads above
+// this element's stores, and a thread waits out one memory latency after another;
+// prefetches carry no such dependency and keep enough bytes in flight to approach the
+// copy bandwidth. Functors without a specialization are not prefetched.
+template <class F>
+struct cuda_prefetch {
+  __device__ static void inputs(const F&, std::size_t) {}
+};
+template <class P, class G, write_mode W>
+struct cuda_prefetch<adamw_update<P, G, W>> {
+  __device__ static void inputs(const adamw_update<P, G, W>& f, std::size_t i) {
+    prefetch_l2(f.grad + i);
+    prefetch_l2(f.exp_avg + i);
+    prefetch_l2(f.exp_avg_sq + i);
+    prefetch_l2(f.master + i);
+  }
+};
+template <class P, class G, write_mode W, bool Momentum>
+struct cuda_prefetch<sgd_update<P, G, W, Momentum>> {
+  __device__ static void inputs(const sgd_update<P, G, W, Momentum>& f, std::size_t i) {
+    prefetch_l2(f.grad + i);
+    prefetch_l2(f.master + i);
+    if constexpr (Momentum) prefetch_l2(f.momentum_buffer + i);
+  }
+};
+template <class P, class G, write_mode W>
+struct cuda_prefetch<lion_update<P, G, W>> {
+  __device__ static void inputs(const lion_update<P, G, W>& f, std::size_t i) {
+    prefetch_l2(f.grad + i);
+    prefetch_l2(f.exp_avg + i);
+    prefetch_l2(f.master + i);
+  }
+};
+
+// f(i) for i in [begin, end) step blockDim.x from begin + threadIdx.x, prefetching
+// cuda_prefetch_ahead iterations ahead (the first ones before the loop).
+template <class F>
+__device__ __forceinline__ void run_range(const F& f, std::size_t begin, std::size_t end) {
+  const std::size_t step = blockDim.x;
+  const std::size_t first = begin + threadIdx.x;
+  for (int d = 0; d < cuda_prefetch_ahead; ++d)
+    if (first + d * step < end) cuda_prefetch<F>::inputs(f, first + d * step);
+  for (std::size_t i = first; i < end; i += step) {
+    const std::size_t ahead = i + cuda_prefetch_ahead * step;
+    if (ahead < end) cuda_prefetch<F>::inputs(f, ahead);
+    f(i);
+  }
+}
+
 template <class F>
 __global__ void __launch_bounds__(cuda_block) grid_stride_kernel(std::size_t n, F f) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) f(i);
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    if (i + stride < n) cuda_prefetch<F>::inputs(f, i + stride);
+    f(i);
+  }
 }
 
 // Each block walks tiles of the run table; within a tile, consecutive threads take
@@ -39,11 +100,8 @@ __global__ void __launch_bounds__(cuda_block)
     const device_run r = runs[lo];
     const std::size_t begin = r.offset + (t - r.first_tile) * cuda_run_tile;
     const std::size_t end = begin + cuda_run_tile < r.offset + r.count ? begin + cuda_run_tile : r.offset + r.count;
-    if (r.decay) {
-      for (std::size_t i = begin + threadIdx.x; i < end; i += blockDim.x) decayed(i);
-    } else {
-      for (std::size_t i = begin + threadIdx.x; i < end; i += blockDim.x) undecayed(i);
-    }
+    if (r.decay) run_range(decayed, begin, end);
+    else run_range(undecayed, begin, end);
   }
 }
 

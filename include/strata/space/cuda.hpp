@@ -114,9 +114,13 @@ struct cuda {
     STRATA_CHECK_CUDA(cudaMemset(p, 0, bytes));
     STRATA_CHECK_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
   }
-  // Copies between any two of host, pinned and device memory (unified addressing).
+  // Copies between any two of host, pinned and device memory (unified addressing) and
+  // returns when the copy is complete. cudaMemcpy alone may return before a device-to-
+  // device copy or the DMA of a pageable host-to-device copy has landed, and work on a
+  // non-blocking stream would not be ordered after it.
   static void copy(void* dst, const void* src, std::size_t bytes) {
     STRATA_CHECK_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+    STRATA_CHECK_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
   }
   // Queues the copy on `s`; it overlaps the host only when host memory is pinned.
   static void copy_async(void* dst, const void* src, std::size_t bytes, cudaStream_t s) {
