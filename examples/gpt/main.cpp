@@ -1,6 +1,7 @@
 // examples/gpt: a small decoder-only transformer trained on a synthetic token stream on a
 // tensor x data x pipeline grid, with any ZeRO stage and pipeline schedule.
 //   mpiexec -n 4 gpt --tp 2 --pp 2 --zero 1 --schedule 1f1b --micro-batches 4 --steps 10 --report r.json
+// --save DIR [--save-every N] writes checkpoints; --load DIR resumes at any layout.
 #include <cstdio>
 #include <fstream>
 #include <strata/strata.hpp>
@@ -16,7 +17,8 @@ struct run_config {
   int tp = 1, pp = 1;
   long steps = 10, batch = 8;  // global batch: sequences per step over the data-parallel ranks
   std::uint64_t seed = 1;
-  std::string report;
+  std::string report, save, load;
+  long save_every = 0;
   bool quiet = false;
 };
 
@@ -37,13 +39,23 @@ int run(strata::environment& env, const run_config& rc, const strata::trainer_op
   strata::step_stats last;
   std::vector<float> losses;
   double idle = 0, busy = 0;
-  for (long s = 0; s < rc.steps; ++s) {
+  long first = 0;
+  if (!rc.load.empty()) {
+    // --steps counts from step 0: a step-10 checkpoint with --steps 20 runs 10 more.
+    tr.load(rc.load);
+    first = tr.steps_done();
+    if (env.rank() == 0) std::printf("resumed from step %ld of %s\n", first, rc.load.c_str());
+  }
+  for (long s = first; s < rc.steps; ++s) {
     data.fill(static_cast<std::uint64_t>(s * rc.batch + g.dp_rank() * local), local, b);
     last = tr.step(b);
     losses.push_back(last.loss);
     idle += last.idle_seconds;
     busy += last.seconds;
     if (env.rank() == 0 && !rc.quiet) std::printf("%s\n", strata::progress_line(last, rc.steps).c_str());
+    const bool periodic = rc.save_every > 0 && (s + 1) % rc.save_every == 0;
+    if (!rc.save.empty() && (periodic || s + 1 == rc.steps))
+      tr.save(rc.save, {{"data_position", (s + 1) * rc.batch}});
   }
   // The pipeline's idle fraction, averaged over ranks.
   double fraction = busy > 0 ? idle / busy : 0;
@@ -87,6 +99,9 @@ int main(int argc, char** argv) {
     rc.seed = static_cast<std::uint64_t>(a.integer("seed", 1));
     rc.report = a.str("report", "");
     rc.quiet = a.flag("quiet");
+    rc.save = a.str("save", "");
+    rc.load = a.str("load", "");
+    rc.save_every = a.integer("save-every", 0);
     rc.model.layers = static_cast<int>(a.integer("layers", 2));
     rc.model.dim = static_cast<int>(a.integer("dim", 32));
     rc.model.heads = static_cast<int>(a.integer("heads", 4));
