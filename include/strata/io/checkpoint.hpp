@@ -361,21 +361,24 @@ void load_checkpoint(Comm& world, checkpoint_state& s, const std::filesystem::pa
       std::size_t hint = 0;
       const std::size_t lo = s.param_offset[i], hi = lo + s.shapes[i].numel();
       s.for_each_owned(lo, hi, [&](std::size_t padded, std::size_t dst, std::size_t n) {
-        for (std::size_t j = 0; j < n; ++j) {
+        for (std::size_t j = 0; j < n;) {
           const std::size_t full = detail::local_to_full(mine, padded - lo + j);
           std::size_t local = detail::full_to_local(groups[slices[hint].first].params[slices[hint].second], full);
           for (std::size_t t = 0; local == detail::npos && t < slices.size(); ++t)
             if ((local = detail::full_to_local(groups[slices[t].first].params[slices[t].second], full)) != detail::npos) hint = t;
           if (local == detail::npos) fail(detail::cat("element ", full, " of '", mine.name, "' is in no saved slice"));
           const auto& gr = groups[slices[hint].first];
-          const auto at = gr.locate(gr.params[slices[hint].second].offset + local, where);
+          const auto& old = gr.params[slices[hint].second];
+          const auto at = gr.locate(old.offset + local, where);
+          const std::size_t c = std::min({n - j, detail::local_run(mine, padded - lo + j), detail::full_run(old, full), at.count});
           const auto* file = gr.files[at.file].handle.get();
           if (r.n > 0 && r.file == file && at.pos == r.pos + r.n && dst + j == r.dst + r.n) {
-            ++r.n;
-            continue;
+            r.n += c;
+          } else {
+            flush();
+            r = {file, gr.per_file, at.pos, dst + j, c};
           }
-          flush();
-          r = {file, gr.per_file, at.pos, dst + j, 1};
+          j += c;
         }
       });
     }

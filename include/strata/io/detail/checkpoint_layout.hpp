@@ -75,6 +75,28 @@ inline std::size_t full_to_local(const saved_param& p, std::size_t g) {
   return idx;
 }
 
+// Row-major: local index j of a slice along d is consecutive in the full tensor while it
+// stays inside one block of local[d] x (dims after d) elements. These give how many
+// elements from a position on map to consecutive positions, so load reads runs.
+inline std::size_t inner_size(const saved_param& p) {
+  std::size_t b = 1;
+  for (std::size_t d = static_cast<std::size_t>(p.shard_dim) + 1; d < p.local.rank; ++d) b *= static_cast<std::size_t>(p.local[d]);
+  return b;
+}
+// From local element j of p: elements consecutive in the full tensor.
+inline std::size_t local_run(const saved_param& p, std::size_t j) {
+  if (p.shard_dim < 0) return p.local.numel() - j;
+  const std::size_t block = inner_size(p) * static_cast<std::size_t>(p.local[static_cast<std::size_t>(p.shard_dim)]);
+  return block - j % block;
+}
+// From full-tensor element g, which slice p holds: elements p also holds, consecutively.
+inline std::size_t full_run(const saved_param& p, std::size_t g) {
+  if (p.shard_dim < 0) return p.full.numel() - g;
+  const auto d = static_cast<std::size_t>(p.shard_dim);
+  const std::size_t b = inner_size(p), end = static_cast<std::size_t>(p.shard_offset + p.local[d]) * b;
+  return end - g % (b * static_cast<std::size_t>(p.full[d]));
+}
+
 // A (tensor rank, pipeline rank) group as saved: its params, bucket plan and files.
 struct saved_group {
   struct bucket {
@@ -132,7 +154,7 @@ struct saved_group {
     const auto& b = *(it - 1);
     const std::size_t within = at - b.offset;
     const place p{within / b.piece, b.shard_offset + within % b.piece, b.piece - within % b.piece};
-    if (p.file >= files.size() || p.pos + 1 > per_file)
+    if (p.file >= files.size() || p.pos + p.count > per_file)
       throw checkpoint_error(cat(where, ": a param range lies outside the saved shards"));
     return p;
   }
