@@ -18,7 +18,7 @@ struct run_config {
   long steps = 20;
   long batch = 64;  // global batch: rows per step over all ranks
   std::uint64_t seed = 1;
-  std::string report, save, load;
+  std::string report, save, load, export_path;
   long save_every = 0;
   bool quiet = false;
 };
@@ -56,6 +56,7 @@ int run(strata::environment& env, const run_config& rc, const strata::trainer_op
     if (!rc.save.empty() && (periodic || s + 1 == rc.steps))
       tr.save(rc.save, {{"data_position", (s + 1) * rc.batch}});
   }
+  if (!rc.export_path.empty()) strata::export_safetensors(tr, rc.export_path);
   const auto master = tr.gather_master();
   const std::string hash = strata::hex64(strata::weights_hash(master));
   if (rank == 0) {
@@ -98,6 +99,7 @@ int main(int argc, char** argv) {
     rc.save = a.str("save", "");
     rc.load = a.str("load", "");
     rc.save_every = a.integer("save-every", 0);
+    rc.export_path = a.str("export", "");
     rc.shape.features = static_cast<int>(a.integer("features", 32));
     rc.shape.hidden = static_cast<int>(a.integer("hidden", 64));
     rc.shape.layers = static_cast<int>(a.integer("layers", 3));

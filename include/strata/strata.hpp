@@ -41,6 +41,9 @@
 #include "nn/all.hpp"
 
 #include "io/checkpoint.hpp"
+#include "io/config.hpp"
+#include "io/export.hpp"
+#include "io/safetensors.hpp"
 
 #include "train/batch.hpp"
 #include "train/dispatch.hpp"

@@ -42,6 +42,28 @@ for bad in "--zero 5" "--micro-batches 0" "--steps -1" "--lr -0.1" "--precision 
   [ "$rc" != 0 ] || { echo "FAILED: '$bad' was accepted"; exit 1; }
   echo "$out" | grep -q "mlp: error: " || { echo "FAILED: '$bad' gave no clear message"; exit 1; }
 done
+# Consolidated export: the safetensors package reads the file, and the weights in it are
+# exactly the ones the report's hash covers (FNV-1a over the fp32 bits in model order).
+"$mpiexec" -n 4 "$mlp" --zero 3 --steps 3 --quiet --report "$work/export.json" --export "$work/model.safetensors"
+python3 - "$work/export.json" "$work/model.safetensors" <<'PY'
+import json, sys
+import numpy as np
+from safetensors.numpy import load_file
+report = json.load(open(sys.argv[1]))
+tensors = load_file(sys.argv[2])
+order = []
+for i in range(3):
+    order += [f"blocks.{i}.fc.weight", f"blocks.{i}.fc.bias"]
+order += ["head.weight", "head.bias"]
+assert sorted(order) == sorted(tensors), sorted(tensors)
+h = 0xcbf29ce484222325
+for name in order:
+    for byte in tensors[name].astype(np.float32).tobytes():
+        h = ((h ^ byte) * 0x100000001b3) & 0xffffffffffffffff
+assert f"{h:016x}" == report["weights_hash"], (f"{h:016x}", report["weights_hash"])
+print("export: safetensors holds the hashed weights", report["weights_hash"])
+PY
+
 # A DeepSpeed config decides the policies: ZeRO-2, bf16, AdamW, batch 64 in 2 micro-batches.
 cfg=$(dirname "$0")/../../examples/configs/ds_zero2_bf16.json
 "$mpiexec" -n 4 "$mlp" --config "$cfg" --steps 3 --quiet --report "$work/config.json"
