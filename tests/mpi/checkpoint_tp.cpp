@@ -1,11 +1,13 @@
 // strata-ranks: 4
 // Checkpoints across tensor and pipeline layouts: a gpt checkpoint saved at one
 // (tp, dp, pp, zero) loads at another with the same weights (elements move, never
-// change) and the same loss; resuming at the same layout is bit-identical.
+// change) and the same loss; resuming at the same layout is bit-identical; foreign or
+// corrupt checkpoints are refused naming the file.
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "../../examples/gpt/model.hpp"
@@ -172,4 +174,38 @@ TEST_CASE("resume at the same tensor/pipeline layout is bit-identical") {
   check_resume<zero<1>>({2, 1, 2}, "r1");
   check_resume<zero<3>>({2, 2, 1}, "r2");
   check_resume<replicated>({1, 2, 2}, "r3");
+}
+
+TEST_CASE("a tp x pp checkpoint of another model or with a corrupt shard is refused, naming the file") {
+  environment env;
+  auto& w = env.world();
+  shared_dir dir(w, "refuse");
+  grid g(w, {.tensor = 2, .pipeline = 2});
+  {
+    auto tr = make<zero<1>>(g);
+    train(tr, 0, 2);
+    tr.save(dir.path);
+  }
+  // Wider model at another layout: the full shapes differ, whatever the slices.
+  gpt::config wide = small;
+  wide.dim = 24;
+  wide.heads = 4;
+  grid dp4(w);
+  gpt_trainer<replicated> other(dp4, gpt::make_model(wide), options());
+  CHECK_THROWS_WITH(other.load(dir.path), Catch::Contains("manifest.json") && Catch::Contains("checkpoint of another model"));
+
+  // A flipped bit in world rank 3's shard (tensor rank 1 of the last stage).
+  const fs::path shard = dir.path / "step-00000002" / "rank-00003.bin";
+  if (w.rank() == 0) {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    char c = 0;
+    f.seekg(8);
+    f.read(&c, 1);
+    c ^= 0x01;
+    f.seekp(8);
+    f.write(&c, 1);
+  }
+  w.barrier();
+  auto tr = make<zero<2>>(dp4);
+  CHECK_THROWS_WITH(tr.load(dir.path), Catch::Contains("rank-00003.bin") && Catch::Contains("checksum does not match"));
 }
