@@ -18,7 +18,7 @@ struct run_config {
   long steps = 20;
   long batch = 64;  // global batch: rows per step over all ranks
   std::uint64_t seed = 1;
-  std::string report, save, load, export_path;
+  std::string report, save, load, export_path, init_path;
   long save_every = 0;
   bool quiet = false;
 };
@@ -40,6 +40,7 @@ int run(strata::environment& env, const run_config& rc, const strata::trainer_op
   strata::step_stats last;
   std::vector<float> losses;
   long first = 0;
+  if (!rc.init_path.empty()) strata::import_safetensors(tr, rc.init_path);
   if (!rc.load.empty()) {
     // --steps counts from step 0: a step-10 checkpoint with --steps 20 runs 10 more.
     tr.load(rc.load);
@@ -100,6 +101,7 @@ int main(int argc, char** argv) {
     rc.load = a.str("load", "");
     rc.save_every = a.integer("save-every", 0);
     rc.export_path = a.str("export", "");
+    rc.init_path = a.str("init", "");
     rc.shape.features = static_cast<int>(a.integer("features", 32));
     rc.shape.hidden = static_cast<int>(a.integer("hidden", 64));
     rc.shape.layers = static_cast<int>(a.integer("layers", 3));

@@ -63,6 +63,9 @@ for name in order:
 assert f"{h:016x}" == report["weights_hash"], (f"{h:016x}", report["weights_hash"])
 print("export: safetensors holds the hashed weights", report["weights_hash"])
 PY
+# ... and they come back in as initial weights, at another layout.
+"$mpiexec" -n 2 "$mlp" --zero 1 --steps 0 --quiet --init "$work/model.safetensors" --report "$work/import.json"
+[ "$(hash_of "$work/import.json")" = "$(hash_of "$work/export.json")" ] || { echo "FAILED: --init did not load the exported weights"; exit 1; }
 
 # A DeepSpeed config decides the policies: ZeRO-2, bf16, AdamW, batch 64 in 2 micro-batches.
 cfg=$(dirname "$0")/../../examples/configs/ds_zero2_bf16.json

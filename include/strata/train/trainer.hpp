@@ -207,6 +207,29 @@ class trainer_impl {
     return st.extra;
   }
 
+  // Sets the weights from the whole model's full tensors in parameter order (as
+  // gather_master() returns them): master and compute params of what this rank holds;
+  // optimizer moments are left as they are. For initial weights from a file.
+  void set_weights(std::span<const float> full) {
+    std::vector<std::size_t> base(all_params_.size() + 1, 0);
+    for (std::size_t i = 0; i < all_params_.size(); ++i) {
+      const param<float>& p = *all_params_[i];
+      base[i + 1] = base[i] + (p.sharded() ? p.full_shape.numel() : p.numel());
+    }
+    expects<config_error>(full.size() == base.back(), [&] {
+      return detail::cat("strata::trainer::set_weights: ", full.size(), " values for a model of ", base.back());
+    });
+    for (std::size_t i : stage_params_) {
+      const param<float>& p = *all_params_[i];
+      const std::size_t lo = param_offset_[i], hi = lo + layout_.params()[i].numel;
+      state_.for_each_master_range(plan_, stage, lo, hi, [&](std::size_t padded, std::size_t master_idx, std::size_t n) {
+        for (std::size_t j = 0; j < n; ++j) state_.master[master_idx + j] = full[base[i] + p.global_index(padded - lo + j)];
+      });
+    }
+    refresh_params_from_master();
+    if constexpr (stage == 3) live_[0].valid = live_[1].valid = false;
+  }
+
   memory_report memory() const { return state_.report(plan_, stage, offload_, activation_bytes()); }
   const flat_layout& layout() const noexcept { return layout_; }
   const bucket_plan& plan() const noexcept { return plan_; }
