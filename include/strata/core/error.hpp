@@ -1,6 +1,7 @@
 // The exception hierarchy of strata: every host-side failure is a strata::error whose
 // message says what was wrong, where, and what to do about it.
 #pragma once
+#include <cstring>
 #include <source_location>
 #include <sstream>
 #include <stdexcept>
@@ -44,6 +45,9 @@ std::string cat(Args&&... args) {
   (os << ... << std::forward<Args>(args));
   return os.str();
 }
+
+// The text of an errno value, for messages about failed system calls.
+inline std::string errno_text(int e) { return std::strerror(e); }
 
 inline std::string where(const std::source_location& loc) {
   std::string file = loc.file_name();

@@ -23,7 +23,6 @@ namespace strata::detail {
 
 using rendezvous_clock = std::chrono::steady_clock;
 
-inline std::string errno_text(int e) { return std::strerror(e); }
 
 class socket_fd {
  public:

@@ -20,7 +20,6 @@
 
 namespace strata::detail {
 
-inline std::string errno_text(int e) { return std::strerror(e); }
 
 // A file opened for reading; every read is positional and exact, so a file that shrinks
 // while it is open is reported instead of yielding short data.
