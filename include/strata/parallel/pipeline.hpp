@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 #include "../core/error.hpp"
@@ -90,6 +91,21 @@ inline std::vector<std::size_t> balance_stages(const std::vector<std::size_t>& l
   fits(lo, &cuts);
   cuts.push_back(L);
   return cuts;
+}
+
+// The layers [first, end) of stage `stage` of `stages`: from explicit cuts (stages + 1
+// increasing layer indices from 0 to the layer count) or, when there are none, balanced
+// by the layers' parameter counts.
+inline std::pair<std::size_t, std::size_t> stage_layer_range(const std::vector<std::size_t>& layer_params,
+                                                             std::vector<std::size_t> cuts, int stages, int stage) {
+  const std::size_t L = layer_params.size();
+  if (stages == 1) return {0, L};
+  if (cuts.empty()) cuts = balance_stages(layer_params, stages);
+  expects<config_error>(cuts.size() == static_cast<std::size_t>(stages) + 1 && cuts.front() == 0 && cuts.back() == L &&
+                            std::is_sorted(cuts.begin(), cuts.end()) &&
+                            std::adjacent_find(cuts.begin(), cuts.end()) == cuts.end(),
+                        [&] { return detail::cat("pipeline_cuts must be ", stages + 1, " increasing layer indices from 0 to ", L); });
+  return {cuts[static_cast<std::size_t>(stage)], cuts[static_cast<std::size_t>(stage) + 1]};
 }
 
 }  // namespace strata

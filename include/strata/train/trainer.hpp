@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <optional>
+#include <tuple>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -256,16 +257,7 @@ class trainer_impl {
   bool is_first_stage() const { return pp_rank() == 0; }
   bool is_last_stage() const { return pp_rank() == pp_size() - 1; }
 
-  void check_batch(const batch<Space>& b) const {
-    const int K = opts_.micro_batches;
-    const std::int64_t rows = b.inputs.shape().rank ? b.inputs.dim(0) : 0;
-    expects<config_error>(rows > 0 && rows % K == 0, [&] {
-      return detail::cat("strata::trainer::step: the batch has ", rows, " rows, which ", K, " micro-batches do not divide");
-    });
-    expects<config_error>(b.targets.shape().rank > 0 && b.targets.dim(0) == rows, [&] {
-      return detail::cat("strata::trainer::step: targets have ", b.targets.shape().str(), " but inputs have ", rows, " rows");
-    });
-  }
+  void check_batch(const batch<Space>& b) const { check_batch_rows(b, opts_.micro_batches); }
 
   // Mean loss over micro-batches on the last stage, sent to every stage, averaged over
   // the data-parallel ranks (tensor-parallel ranks already agree).
@@ -286,27 +278,9 @@ class trainer_impl {
 
   // ---- construction -----------------------------------------------------------------
   void choose_stage_layers() {
-    const std::size_t L = table_.size();
-    if (pp_size() == 1) {
-      first_layer_ = 0;
-      end_layer_ = L;
-      return;
-    }
-    std::vector<std::size_t> cuts = opts_.pipeline_cuts;
-    if (cuts.empty()) {
-      std::vector<std::size_t> sizes;
-      for (const auto& seg : layout_.segments()) sizes.push_back(seg.used);
-      cuts = balance_stages(sizes, pp_size());
-    }
-    expects<config_error>(cuts.size() == static_cast<std::size_t>(pp_size()) + 1 && cuts.front() == 0 &&
-                              cuts.back() == L && std::is_sorted(cuts.begin(), cuts.end()) &&
-                              std::adjacent_find(cuts.begin(), cuts.end()) == cuts.end(),
-                          [&] {
-                            return detail::cat("pipeline_cuts must be ", pp_size() + 1,
-                                               " increasing layer indices from 0 to ", L);
-                          });
-    first_layer_ = cuts[static_cast<std::size_t>(pp_rank())];
-    end_layer_ = cuts[static_cast<std::size_t>(pp_rank()) + 1];
+    std::vector<std::size_t> sizes;
+    for (const auto& seg : layout_.segments()) sizes.push_back(seg.used);
+    std::tie(first_layer_, end_layer_) = stage_layer_range(sizes, opts_.pipeline_cuts, pp_size(), pp_rank());
   }
 
   void collect_param_offsets() {
