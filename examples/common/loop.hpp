@@ -1,0 +1,104 @@
+// The training loop both examples share: the common options (steps, global batch, seed,
+// checkpoints, safetensors in and out, report), resuming, periodic saves, progress lines
+// and the JSON report with the keys every example writes.
+#pragma once
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <strata/io/export.hpp>
+#include <strata/observe/progress.hpp>
+#include <strata/train/weights_hash.hpp>
+
+#include "args.hpp"
+
+namespace examples {
+
+struct loop_options {
+  long steps = 20;
+  long batch = 64;  // global batch: rows per step over all data-parallel ranks
+  std::uint64_t seed = 1;
+  std::string report, save, load, export_path, init_path;
+  long save_every = 0;
+  bool quiet = false;
+
+  // Reads the common options with this program's defaults.
+  void read(args& a, long default_steps, long default_batch) {
+    steps = a.integer("steps", default_steps);
+    batch = a.integer("batch", default_batch);
+    seed = static_cast<std::uint64_t>(a.integer("seed", 1));
+    report = a.str("report", "");
+    quiet = a.flag("quiet");
+    save = a.str("save", "");
+    load = a.str("load", "");
+    save_every = a.integer("save-every", 0);
+    export_path = a.str("export", "");
+    init_path = a.str("init", "");
+  }
+  void validate(int dp, int micro_batches) const {
+    strata::expects<strata::config_error>(steps >= 0, [&] { return strata::detail::cat("--steps ", steps, " is negative"); });
+    strata::expects<strata::config_error>(batch > 0 && batch % (static_cast<long>(dp) * micro_batches) == 0, [&] {
+      return strata::detail::cat("--batch ", batch, " must be a positive multiple of data-parallel ranks x micro-batches = ",
+                                 dp, " x ", micro_batches);
+    });
+  }
+};
+
+struct loop_result {
+  strata::step_stats last;
+  std::vector<float> losses;
+  double idle_seconds = 0, step_seconds = 0;
+  std::vector<float> master;
+  std::string hash;
+};
+
+// Trains from step 0 (or the loaded checkpoint's step) to o.steps. fill(step, batch)
+// produces this rank's rows of that step: the data position is the step, so a resumed
+// run sees the same samples as one that never stopped.
+template <class Trainer, class Fill>
+loop_result train_loop(Trainer& tr, const loop_options& o, int world_rank, Fill&& fill) {
+  loop_result r;
+  strata::batch<> b;
+  long first = 0;
+  if (!o.init_path.empty()) strata::import_safetensors(tr, o.init_path);
+  if (!o.load.empty()) {
+    // --steps counts from step 0: a step-10 checkpoint with --steps 20 runs 10 more.
+    tr.load(o.load);
+    first = tr.steps_done();
+    if (world_rank == 0) std::printf("resumed from step %ld of %s\n", first, o.load.c_str());
+  }
+  for (long s = first; s < o.steps; ++s) {
+    fill(s, b);
+    r.last = tr.step(b);
+    r.losses.push_back(r.last.loss);
+    r.idle_seconds += r.last.idle_seconds;
+    r.step_seconds += r.last.seconds;
+    if (world_rank == 0 && !o.quiet) std::printf("%s\n", strata::progress_line(r.last, o.steps).c_str());
+    const bool periodic = o.save_every > 0 && (s + 1) % o.save_every == 0;
+    if (!o.save.empty() && (periodic || s + 1 == o.steps)) tr.save(o.save, {{"data_position", (s + 1) * o.batch}});
+  }
+  if (!o.export_path.empty()) strata::export_safetensors(tr, o.export_path);
+  r.master = tr.gather_master();
+  r.hash = strata::hex64(strata::weights_hash(r.master));
+  return r;
+}
+
+// The report keys every example writes; a program adds its own before write_report.
+template <class Trainer>
+nlohmann::json base_report(Trainer& tr, const loop_result& r) {
+  nlohmann::json j;
+  j["final_loss"] = r.last.loss;
+  j["losses"] = r.losses;
+  j["weights_hash"] = r.hash;
+  j["skipped_steps"] = tr.skipped_steps();
+  j["memory"] = tr.memory().to_json();
+  j["params"] = r.master.size();
+  return j;
+}
+
+inline void write_report(const std::string& path, const nlohmann::json& j) {
+  if (!path.empty()) std::ofstream(path) << j.dump(2) << "\n";
+}
+
+}  // namespace examples
