@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "catch.hpp"
+#include "shared_dir.hpp"
 #include "mlp_run.hpp"
 
 using namespace strata;
@@ -15,24 +16,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A directory every rank agrees on, removed at the end.
-struct shared_dir {
-  world_comm& world;
-  fs::path path;
-  explicit shared_dir(world_comm& w, const char* tag) : world(w) {
-    long pid = static_cast<long>(::getpid());
-    w.broadcast(std::span<long>(&pid, 1), 0);
-    path = fs::temp_directory_path() / (std::string("strata-test-") + tag + "-" + std::to_string(pid));
-    if (w.rank() == 0) fs::remove_all(path);
-    w.barrier();
-  }
-  // Every rank is done with the files before rank 0 removes them.
-  ~shared_dir() {
-    world.barrier();
-    std::error_code ec;
-    if (world.rank() == 0) fs::remove_all(path, ec);
-  }
-};
+using test::shared_dir;
 
 // The first `n` ranks of the world as their own data-parallel group (others get none).
 struct sub_world {

@@ -12,6 +12,7 @@
 
 #include "../../examples/gpt/model.hpp"
 #include "catch.hpp"
+#include "shared_dir.hpp"
 #include <strata/strata.hpp>
 
 using namespace strata;
@@ -22,23 +23,7 @@ namespace {
 constexpr gpt::config small{32, 8, 16, 4, 3};  // vocab, seq, dim, heads, layers: 6 pipeline layers
 constexpr long global_batch = 8;
 
-// A directory every rank agrees on, removed at the end.
-struct shared_dir {
-  world_comm& world;
-  fs::path path;
-  explicit shared_dir(world_comm& w, const char* tag) : world(w) {
-    long pid = static_cast<long>(::getpid());
-    w.broadcast(std::span<long>(&pid, 1), 0);
-    path = fs::temp_directory_path() / (std::string("strata-test-tp-") + tag + "-" + std::to_string(pid));
-    if (w.rank() == 0) fs::remove_all(path);
-    w.barrier();
-  }
-  ~shared_dir() {
-    world.barrier();
-    std::error_code ec;
-    if (world.rank() == 0) fs::remove_all(path, ec);
-  }
-};
+using test::shared_dir;
 
 struct layout {
   int tp, dp, pp;
@@ -179,7 +164,7 @@ TEST_CASE("resume at the same tensor/pipeline layout is bit-identical") {
 TEST_CASE("a tp x pp checkpoint of another model or with a corrupt shard is refused, naming the file") {
   environment env;
   auto& w = env.world();
-  shared_dir dir(w, "refuse");
+  shared_dir dir(w, "tp-refuse");
   grid g(w, {.tensor = 2, .pipeline = 2});
   {
     auto tr = make<zero<1>>(g);
