@@ -1,6 +1,7 @@
 // The CUDA spaces: device memory (cudaMalloc, never managed memory) and pinned host
 // memory (cudaMallocHost), with byte accounting, device discovery and choice by local rank.
 #pragma once
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -165,6 +166,19 @@ static_assert(memory_space<cuda> && memory_space<pinned>);
 
 template <class T>
 using cuda_buffer = buffer<T, cuda>;
+
+// The CUDA space's executor: the stream a layer's kernels and GEMMs go on, and the
+// cuBLAS handle bound to that stream. The trainer owns both; layers only borrow them.
+template <>
+struct executor<cuda> {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+};
+
+template <>
+struct offload_space<cuda> {
+  using type = pinned;
+};
 template <class T>
 using pinned_buffer = buffer<T, pinned>;
 

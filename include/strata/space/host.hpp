@@ -56,4 +56,17 @@ struct host {
 template <class T>
 using host_buffer = buffer<T, host>;
 
+// What a computation in a space runs on, carried by the trainer's context to every layer:
+// nothing on the host (OpenMP and BLAS need no handle); a stream and a cuBLAS handle in
+// the CUDA space (space/cuda.hpp).
+template <class Space>
+struct executor {};
+
+// Where an offloaded optimizer state lives for a space: the host keeps it where it is;
+// the CUDA space puts it in pinned host memory (space/cuda.hpp).
+template <class Space>
+struct offload_space {
+  using type = Space;
+};
+
 }  // namespace strata

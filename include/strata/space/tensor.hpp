@@ -47,4 +47,11 @@ class tensor {
   strata::shape shape_;
 };
 
+// The space a context computes in, and the activation tensor of that space: layers that
+// run in more than one space write `const tensor_for<Ctx>& x`.
+template <class Ctx>
+using space_of = typename Ctx::space_type;
+template <class Ctx>
+using tensor_for = tensor<float, typename Ctx::space_type>;
+
 }  // namespace strata

@@ -1,6 +1,6 @@
 // The context a trainer hands to every layer's forward and backward: the space the
-// step runs in, the tensor-parallel communicator, and what the current micro-batch
-// provides (its targets, for loss layers).
+// step runs in and its executor (stream, BLAS handle), the tensor-parallel communicator,
+// and what the current micro-batch provides (its targets, for loss layers).
 #pragma once
 #include "../comm/environment.hpp"
 #include "../core/error.hpp"
@@ -29,11 +29,15 @@ class context {
   void set_tp(Comm* c) noexcept { tp_ = c; }
   int micro_batch() const noexcept { return micro_batch_; }
   void set_micro_batch(int k) noexcept { micro_batch_ = k; }
+  // Where the layer's work goes (empty on the host; stream and cuBLAS handle on a GPU).
+  const executor<Space>& exec() const noexcept { return exec_; }
+  void set_exec(const executor<Space>& e) noexcept { exec_ = e; }
 
  private:
   const tensor<float, Space>* targets_ = nullptr;
   Comm* tp_ = nullptr;
   int micro_batch_ = 0;
+  executor<Space> exec_{};
 };
 
 }  // namespace strata

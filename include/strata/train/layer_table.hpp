@@ -14,12 +14,33 @@
 
 namespace strata {
 
+namespace detail {
+template <class L, class Space>
+struct layer_cache {
+  using type = typename L::cache;
+};
+template <class L, class Space>
+  requires requires { typename L::template cache<Space>; }
+struct layer_cache<L, Space> {
+  using type = typename L::template cache<Space>;
+};
+}  // namespace detail
+
+// A layer's per-micro-batch cache in a space: `template <class Space> struct cache` for
+// layers that run in several spaces (its tensors live in that space), or a plain
+// `struct cache` for layers written for one.
+template <class L, class Space>
+using layer_cache_t = typename detail::layer_cache<L, Space>::type;
+
+template <class L, class Space>
+concept has_layer_cache = requires { typename L::cache; } || requires { typename L::template cache<Space>; };
+
 // What the trainer needs of a layer (DESIGN §2), given the context type it runs with.
 // Outputs are passed in (and reused across steps) so a step never allocates.
 template <class L, class Ctx>
-concept trainable_layer = requires { typename L::cache; } &&
+concept trainable_layer = has_layer_cache<L, typename Ctx::space_type> &&
     requires(L& l, const L& cl, Ctx& ctx, const tensor<float, typename Ctx::space_type>& in,
-             tensor<float, typename Ctx::space_type>& out, typename L::cache& c) {
+             tensor<float, typename Ctx::space_type>& out, layer_cache_t<L, typename Ctx::space_type>& c) {
       cl.forward(ctx, in, out, c);
       l.backward(ctx, in, out, c);
     };
@@ -28,13 +49,14 @@ namespace detail {
 
 template <class L, class Ctx>
 constexpr bool check_trainable_layer() {
-  static_assert(requires { typename L::cache; },
+  static_assert(has_layer_cache<L, typename Ctx::space_type>,
                 "strata: a layer needs a nested `struct cache { ... };` holding what its backward needs "
-                "(an empty struct is fine)");
+                "(an empty struct is fine), or `template <class Space> struct cache` to run in several spaces");
   static_assert(trainable_layer<L, Ctx>,
-                "strata: a layer needs `template <class Ctx> void forward(Ctx&, const tensor<float>& x, "
-                "tensor<float>& y, cache&) const` and `template <class Ctx> void backward(Ctx&, const "
-                "tensor<float>& dy, tensor<float>& dx, cache&)`");
+                "strata: a layer needs `template <class Ctx> void forward(Ctx&, const tensor_for<Ctx>& x, "
+                "tensor_for<Ctx>& y, cache&) const` and `template <class Ctx> void backward(Ctx&, const "
+                "tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache&)` for the trainer's space (a layer written "
+                "with tensor<float> runs on the host only)");
   return true;
 }
 
@@ -66,7 +88,7 @@ std::vector<layer_entry<Ctx>> make_layer_table(Model& model, std::size_t slots) 
   for_each_layer(model, [&](auto& layer, std::string_view name, std::size_t) {
     using L = std::remove_cvref_t<decltype(layer)>;
     static_assert(check_trainable_layer<L, Ctx>());
-    using cache_t = typename L::cache;
+    using cache_t = layer_cache_t<L, typename Ctx::space_type>;
     layer_entry<Ctx> e;
     e.name = std::string(name);
     e.layer = &layer;
