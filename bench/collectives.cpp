@@ -1,6 +1,14 @@
 // bench/collectives: an nccl-tests-style table of all_reduce, reduce_scatter and all_gather
 // through strata's mpi_comm and through raw MPI on the same kind of communicator, in one run.
-//   mpiexec -n 2 bench/collectives [--min-bytes 4096] [--max-bytes 268435456] [--iters 20] [--warmup 3]
+//   mpiexec -n 2 bench/collectives [--device cpu] [--min-bytes 4096] [--max-bytes 268435456] [--iters 20] [--warmup 3]
+// --device cuda is the same comparison for nccl_comm against raw NCCL on device buffers
+// (collectives_device.cu, linked in where the build has CUDA; one process per GPU):
+//  [mpiexec -n N] bench/collectives --device cuda [--min-bytes 1024] [--max-bytes 1073741824] [--iters 20] [--warmup 5]
+// The host path needs MPI (STRATA_ENABLE_MPI); the CUDA path bootstraps NCCL over MPI
+// where the build has it, otherwise over a one-process self_comm.
+#include "device_entry.hpp"
+
+#if STRATA_HAS_MPI
 #include <mpi.h>
 
 #include <algorithm>
@@ -38,7 +46,7 @@ options parse(int argc, char** argv) {
       o.warmup = std::atoi(next());
     else
       throw strata::config_error("bench/collectives: unknown option " + a +
-                                 " (options: --min-bytes N --max-bytes N --iters N --warmup N)");
+                                 " (options: --device cpu|cuda --min-bytes N --max-bytes N --iters N --warmup N)");
   }
   if (o.min_bytes < 4 || o.max_bytes < o.min_bytes || o.iters < 1 || o.warmup < 0)
     throw strata::config_error("bench/collectives: need 4 <= min-bytes <= max-bytes, iters >= 1, warmup >= 0");
@@ -58,9 +66,7 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_host(int argc, char** argv) {
   strata::environment env(argc, argv);
   const options opt = parse(argc, argv);
   auto& world = env.world();
@@ -149,4 +155,29 @@ int main(int argc, char** argv) {
   MPI_Comm_free(&raw);
   MPI_Comm_free(&ctl);
   return 0;
+}
+
+}  // namespace
+#else
+#include <cstdio>
+
+namespace {
+int run_host(int, char**) {
+  std::fprintf(stderr,
+               "collectives: --device cpu compares strata's mpi_comm with raw MPI, and this build has no MPI "
+               "(configure with -DSTRATA_ENABLE_MPI=ON)\n");
+  return 2;
+}
+}  // namespace
+#endif
+
+int main(int argc, char** argv) {
+  if (strata_bench::take_device("collectives", argc, argv) == strata_bench::device_kind::cuda) {
+#if STRATA_BENCH_HAS_CUDA
+    return strata_bench::run_collectives_cuda(argc, argv);
+#else
+    strata_bench::exit_no_cuda("collectives");
+#endif
+  }
+  return run_host(argc, argv);
 }
