@@ -1,48 +1,20 @@
 // examples/mlp: trains the MLP classifier on a deterministic synthetic data set across
 // the processes it is launched on, with the sharding, precision and optimizer chosen on
-// the command line (or by a DeepSpeed config), and writes a JSON report.
+// the command line (or by a DeepSpeed config), on CPUs or GPUs, and writes a JSON report.
 //   mpiexec -n 4 mlp --zero 2 --precision bf16 --optimizer adamw --steps 20 --report r.json
+//   mpiexec -n 2 mlp --device cuda --zero 3 --offload
 #include <cstdio>
 #include <strata/strata.hpp>
 
-#include "../common/args.hpp"
-#include "../common/config.hpp"
-#include "../common/loop.hpp"
-#include "model.hpp"
-
-namespace {
-
-template <class Sharding, class Optimizer, class Precision>
-int run(strata::environment& env, const mlp::shape_config& shape, const examples::loop_options& lo,
-        const strata::trainer_options& opts, const examples::config_choice& cc) {
-  strata::grid g(env.world(), {});
-  const int ranks = g.dp_size(), rank = g.dp_rank();
-  lo.validate(ranks, opts.micro_batches);
-  strata::trainer<mlp::model, strata::host, Sharding, Optimizer, Precision> tr(g, mlp::make_model(shape), opts,
-                                                                              cc.optimizer<Optimizer>());
-  mlp::synthetic_data data(shape, lo.seed);
-  const long local = lo.batch / ranks;
-  const auto r = examples::train_loop(tr, lo, env.rank(), [&](long step, strata::batch<>& b) {
-    data.fill(static_cast<std::uint64_t>(step * lo.batch + rank * local), local, b);
-  });
-  if (rank == 0) {
-    std::printf("final loss %.6f  weights_hash %s  policy %s/%s/%s  ranks %d  params %zu\n",
-                static_cast<double>(r.last.loss), r.hash.c_str(), Sharding::name, Optimizer::name, Precision::name,
-                ranks, r.master.size());
-    auto j = examples::base_report(tr, r);
-    j["policy"] = {{"sharding", Sharding::name}, {"optimizer", Optimizer::name}, {"precision", Precision::name}};
-    j["ranks"] = ranks;
-    examples::write_report(lo.report, j);
-  }
-  return 0;
-}
-
-}  // namespace
+#include "run.hpp"
 
 int main(int argc, char** argv) {
   strata::environment env(argc, argv);
   try {
     examples::args a(argc, argv, {"offload", "quiet"});
+    const std::string device = a.str("device", "cpu");
+    strata::expects<strata::config_error>(device == "cpu" || device == "cuda",
+                                          [&] { return "--device " + device + " is not one of cpu, cuda"; });
     examples::loop_options lo;
     lo.read(a, 20, 64);
     strata::runtime_policies pol;
@@ -65,9 +37,10 @@ int main(int argc, char** argv) {
     const auto cc = examples::apply_config(a, "mlp", env.rank(), env.size(), pol, opts, lo.batch);
     a.check_all_used();
     opts.validate();
+    const mlp::run_args ra{env, shape, lo, opts, cc, pol};
+    if (device == "cuda") return mlp::run_cuda(ra);
     return strata::dispatch(pol, [&](auto s, auto o, auto p) {
-      return run<typename decltype(s)::type, typename decltype(o)::type, typename decltype(p)::type>(env, shape, lo,
-                                                                                                     opts, cc);
+      return mlp::run<strata::host, typename decltype(s)::type, typename decltype(o)::type, typename decltype(p)::type>(ra);
     });
   } catch (const strata::error& e) {
     if (env.rank() == 0) std::fprintf(stderr, "mlp: error: %s\n", e.what());

@@ -32,9 +32,10 @@ struct mlp_setup {
   }();
 };
 
-template <class Sharding, class Optimizer = strata::adamw, class Precision = strata::fp32, class Model = mlp::model>
+template <class Sharding, class Optimizer = strata::adamw, class Precision = strata::fp32, class Model = mlp::model,
+          class Space = strata::host>
 mlp_result run_mlp(strata::grid<strata::world_comm>& g, const mlp_setup& s, Model model) {
-  strata::trainer<Model, strata::host, Sharding, Optimizer, Precision> tr(g, std::move(model), s.opts);
+  strata::trainer<Model, Space, Sharding, Optimizer, Precision> tr(g, std::move(model), s.opts);
   mlp::synthetic_data data(s.shape, s.seed);
   const long local = s.global_batch / g.dp_size();
   strata::batch<> b;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <tuple>
 #include <span>
@@ -29,6 +30,8 @@
 #include "batch.hpp"
 #include "context.hpp"
 #include "detail/consolidate.hpp"
+#include "detail/describe_params.hpp"
+#include "detail/device_side.hpp"
 #include "detail/sharded_state.hpp"
 #include "detail/stage_io.hpp"
 #include "init.hpp"
@@ -40,13 +43,16 @@ namespace strata {
 
 namespace detail {
 
-// The trainer's body, shared by policies that compile to the same code: zero<S> and
-// zero<S, offload_optimizer> differ only in how memory is reported on the host, so they
+// The trainer's body, shared by policies that compile to the same code: on the host,
+// zero<S> and zero<S, offload_optimizer> differ only in how memory is reported, so they
 // share one instantiation (half the compile time of programs that dispatch over both).
-template <class Model, class Space, int Stage, class Optimizer, class Precision, class Schedule>
+// Offload (true only off the host) keeps master and moments in offload_space<Space>.
+template <class Model, class Space, int Stage, bool Offload, class Optimizer, class Precision, class Schedule>
 class trainer_impl {
   static_assert(strata::model<Model>, "strata::trainer<Model, ...>: Model must satisfy strata::model (see model/concepts.hpp)");
-  static_assert(std::is_same_v<Space, host>, "strata::trainer: no specialization for this space yet (host only)");
+  static_assert(detail::has_engine<Space>,
+                "strata::trainer<Model, strata::cuda, ...>: the CUDA trainer's kernels are in CUDA headers: include "
+                "<strata/cuda.cuh> from a .cu translation unit");
 
  public:
   using model_type = Model;
@@ -57,19 +63,32 @@ class trainer_impl {
   using compute_t = typename Precision::compute_type;
   using comm_t = world_comm;
   using grid_t = grid<comm_t>;
-  using ctx_t = context<Space, comm_t>;
+  // Moves gradients and params: the host communicator itself, or NCCL on a GPU.
+  using dev_comm_t = typename detail::device_side<Space>::comm_t;
+  using ctx_t = context<Space, dev_comm_t>;
   using tensor_t = tensor<float, Space>;
+  using opt_space = std::conditional_t<Offload, typename offload_space<Space>::type, Space>;
+  static constexpr bool split = !std::is_same_v<opt_space, Space>;  // state off the device
+  static constexpr bool on_host = std::is_same_v<Space, host>;
   static constexpr int stage = Stage;
 
   trainer_impl(grid_t& g, Model model, trainer_options opts, Optimizer opt, bool offload)
       : grid_(g), dp_(g.data()), model_(std::move(model)), opts_(std::move(opts)), opt_(opt), offload_(offload) {
     opts_.validate();
+    expects<config_error>(on_host || pp_size() == 1, [&] {
+      return detail::cat("strata::trainer: pipeline parallelism (pp = ", pp_size(), ") runs in the host space only so far; "
+                         "use pipeline = 1 with strata::cuda");
+    });
     assign_names(model_);
     layout_ = flat_layout::of(model_);
     table_ = detail::make_layer_table<ctx_t>(model_, static_cast<std::size_t>(opts_.micro_batches));
     choose_stage_layers();
     plan_ = bucket_plan(layout_, dp_.size(), opts_.bucket_elems, first_layer_, end_layer_);
+    dev_.start(plan_.shard_size(), dp_, grid_.tensor(), ctx_);
     state_.allocate(plan_, stage, Optimizer::state_slots, Precision::is_mixed, dp_.rank());
+    dev_.eng->prepare_step(state_.runs, state_.master.size());
+    dev_.host_eng.prepare_step(state_.runs, state_.master.size());
+    loss_slots_ = buffer<float, Space>(static_cast<std::size_t>(opts_.micro_batches));
     collect_param_offsets();
     bind_static_pointers();
     initialise_weights();
@@ -81,12 +100,12 @@ class trainer_impl {
     slot_of_.assign(static_cast<std::size_t>(opts_.micro_batches), 0);
     actions_ = schedule_for<Schedule>(pp_rank(), pp_size(), opts_.micro_batches);
     gather_reqs_.reserve(plan_.buckets().size());
-    ctx_.set_tp(&grid_.tensor());
     if (pp_size() > 1) {
       // One communicator (lane) per direction: see detail/stage_io.hpp.
       pp_fwd_.emplace(grid_.pipeline().split(0, pp_rank()));
       pp_bwd_.emplace(grid_.pipeline().split(0, pp_rank()));
     }
+    norm_runs_ = {{0, state_.grad_shard.size()}};
     if (grid_.tp_size() > 1 && grid_.tp_rank() != 0) collect_tp_norm_runs();
   }
 
@@ -100,7 +119,6 @@ class trainer_impl {
     check_batch(b);
     const float scale = loss_scale();
     idle_ = 0;
-    double loss_sum = 0;
     bool first_backward = true;
     int free_slot = 0;
     for (const auto& a : actions_) {
@@ -112,7 +130,6 @@ class trainer_impl {
         slot_of_[static_cast<std::size_t>(m)] = slot;
         free_slot = next_free_slot(slot);
         forward_micro_batch(b, m, slot);
-        if (is_last_stage()) loss_sum += acts_[static_cast<std::size_t>(slot)].back()[0];
       } else {
         backward_micro_batch(m, scale / static_cast<float>(opts_.micro_batches), first_backward);
         first_backward = false;
@@ -125,12 +142,12 @@ class trainer_impl {
 
     step_stats s;
     s.step = ++step_;
-    s.loss = finish_loss(loss_sum);
+    s.loss = finish_loss();
     s.loss_scale = scale;
     s.lr = opts_.schedule.lr(step_ - 1);
     // One sum gives the global norm and the overflow verdict: a non-finite gradient on
     // any rank makes it non-finite everywhere.
-    double sq = local_grad_square_sum();
+    double sq = dev_.eng->sum_squares(state_.grad_shard.data(), norm_runs_);
     dp_.all_reduce(std::span<double>(&sq, 1), reduce_op::sum);
     if (grid_.tp_size() > 1) grid_.tensor().all_reduce(std::span<double>(&sq, 1), reduce_op::sum);
     if (pp_size() > 1) grid_.pipeline().all_reduce(std::span<double>(&sq, 1), reduce_op::sum);
@@ -140,11 +157,12 @@ class trainer_impl {
     if (!scaler_.update(overflow)) {
       s.skipped = true;
       skipped_.push_back(s.step);
-      std::fill(state_.grad_shard.begin(), state_.grad_shard.end(), 0.0f);
+      dev_.eng->fill(state_.grad_shard.data(), state_.grad_shard.size(), 0.0f);
     } else {
       const float coef = clip_coefficient(s.grad_norm, opts_.max_grad_norm);
       apply_update(s.lr, static_cast<float>(coef * unscale), step_ - static_cast<long>(skipped_.size()));
     }
+    dev_.eng->synchronize();  // a step's time includes its device work
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     s.idle_seconds = idle_;
     s.samples_per_s = static_cast<double>(b.inputs.dim(0)) * dp_.size() / s.seconds;
@@ -154,28 +172,38 @@ class trainer_impl {
   // The mean loss of a batch under the current weights, without training (collective).
   float evaluate(const batch<Space>& b) {
     check_batch(b);
-    double loss_sum = 0;
-    for (int m = 0; m < opts_.micro_batches; ++m) {
-      forward_micro_batch(b, m, 0);
-      if (is_last_stage()) loss_sum += acts_[0].back()[0];
-    }
+    for (int m = 0; m < opts_.micro_batches; ++m) forward_micro_batch(b, m, 0);
     for (auto& s : sends_) s.wait();
-    return finish_loss(loss_sum);
+    return finish_loss();
+  }
+
+  // A device trainer also takes a batch in host memory, copied over first.
+  template <class S>
+    requires(!std::is_same_v<S, Space>)
+  step_stats step(const batch<S>& b) {
+    return step(dev_.stage(b));
+  }
+  template <class S>
+    requires(!std::is_same_v<S, Space>)
+  float evaluate(const batch<S>& b) {
+    return evaluate(dev_.stage(b));
   }
 
   // fp32 master weights of the whole model in parameter order, tensor-parallel slices
   // assembled and pipeline stages concatenated, unpadded (collective over the grid).
   std::vector<float> gather_master() {
     std::vector<float> full_padded(plan_.total());
-    if constexpr (stage == 0) {
-      std::copy(state_.master.begin(), state_.master.end(), full_padded.begin());
-    } else {
-      for (const auto& bk : plan_.buckets()) {
-        if (bk.size == 0) continue;
-        dp_.all_gather(std::span<const float>(state_.master.data() + bk.shard_offset, bk.piece),
-                       std::span<float>(full_padded.data() + bk.offset, bk.size));
+    with_host_state(false, [&](float* master, float*, float*) {
+      if constexpr (stage == 0) {
+        std::copy_n(master, state_.master.size(), full_padded.begin());
+      } else {
+        for (const auto& bk : plan_.buckets()) {
+          if (bk.size == 0) continue;
+          dp_.all_gather(std::span<const float>(master + bk.shard_offset, bk.piece),
+                         std::span<float>(full_padded.data() + bk.offset, bk.size));
+        }
       }
-    }
+    });
     std::vector<float> mine;
     std::vector<const param<float>*> params;
     for (std::size_t i : stage_params_) {
@@ -190,16 +218,21 @@ class trainer_impl {
   // verbatim (a data position, say) and returned by load().
   void save(const std::filesystem::path& dir, nlohmann::json extra = nlohmann::json::object(),
             const checkpoint_options& o = {}) {
-    auto st = checkpoint_view();
-    st.extra = std::move(extra);
-    save_checkpoint(grid_.world(), dp_, st, dir, o);
+    with_host_state(false, [&](float* master, float* s0, float* s1) {
+      auto st = checkpoint_view(master, s0, s1);
+      st.extra = std::move(extra);
+      save_checkpoint(grid_.world(), dp_, st, dir, o);
+    });
   }
 
   // Loads a checkpoint saved at any tensor x data x pipeline layout and stage; training
   // continues from its step exactly as the saved run would have (collective).
   nlohmann::json load(const std::filesystem::path& dir) {
-    auto st = checkpoint_view();
-    load_checkpoint(grid_.world(), st, dir);
+    checkpoint_state st;
+    with_host_state(true, [&](float* master, float* s0, float* s1) {
+      st = checkpoint_view(master, s0, s1);
+      load_checkpoint(grid_.world(), st, dir);
+    });
     step_ = st.step;
     skipped_ = st.skipped;
     scaler_.restore(st.scaler);
@@ -220,15 +253,7 @@ class trainer_impl {
     expects<config_error>(full.size() == base.back(), [&] {
       return detail::cat("strata::trainer::set_weights: ", full.size(), " values for a model of ", base.back());
     });
-    for (std::size_t i : stage_params_) {
-      const param<float>& p = *all_params_[i];
-      const std::size_t lo = param_offset_[i], hi = lo + layout_.params()[i].numel;
-      state_.for_each_master_range(plan_, stage, lo, hi, [&](std::size_t padded, std::size_t master_idx, std::size_t n) {
-        for (std::size_t j = 0; j < n; ++j) state_.master[master_idx + j] = full[base[i] + p.global_index(padded - lo + j)];
-      });
-    }
-    refresh_params_from_master();
-    if constexpr (stage == 3) live_[0].valid = live_[1].valid = false;
+    fill_master([&](std::size_t i, std::size_t global) { return full[base[i] + global]; });
   }
 
   memory_report memory() const { return state_.report(plan_, stage, offload_, activation_bytes()); }
@@ -259,9 +284,15 @@ class trainer_impl {
 
   void check_batch(const batch<Space>& b) const { check_batch_rows(b, opts_.micro_batches); }
 
-  // Mean loss over micro-batches on the last stage, sent to every stage, averaged over
-  // the data-parallel ranks (tensor-parallel ranks already agree).
-  float finish_loss(double loss_sum) {
+  // Mean loss over micro-batches on the last stage (summed in micro-batch order), sent
+  // to every stage, averaged over the data-parallel ranks (tensor ranks already agree).
+  float finish_loss() {
+    double loss_sum = 0;
+    if (is_last_stage()) {
+      std::vector<float> losses(loss_slots_.size());
+      dev_.eng->download(losses.data(), loss_slots_.data(), losses.size());
+      for (float l : losses) loss_sum += l;
+    }
     float loss = static_cast<float>(loss_sum / opts_.micro_batches);
     if (pp_size() > 1) grid_.pipeline().broadcast(std::span<float>(&loss, 1), pp_size() - 1);
     dp_.all_reduce(std::span<float>(&loss, 1), reduce_op::avg);
@@ -317,53 +348,48 @@ class trainer_impl {
   // Fills master (and the compute params) from each param's init_spec, only for the
   // elements this rank holds; tensor-parallel slices draw from their full tensor.
   void initialise_weights() {
-    for (std::size_t i : stage_params_) {
-      const auto& slot = layout_.params()[i];
-      const param<float>& p = *all_params_[i];
-      const std::uint64_t key = detail::init_key(opts_.seed, slot.name);
-      const std::size_t lo = param_offset_[i], hi = lo + slot.numel;
-      state_.for_each_master_range(plan_, stage, lo, hi, [&](std::size_t padded, std::size_t master_idx, std::size_t n) {
-        for (std::size_t j = 0; j < n; ++j)
-          state_.master[master_idx + j] = detail::init_value(slot.init, key, p.global_index(padded - lo + j));
-      });
-    }
+    std::vector<std::uint64_t> keys(layout_.params().size());
+    for (std::size_t i : stage_params_) keys[i] = detail::init_key(opts_.seed, layout_.params()[i].name);
+    fill_master([&](std::size_t i, std::size_t global) { return detail::init_value(layout_.params()[i].init, keys[i], global); });
+  }
+
+  // Sets each master element this rank holds to value(param index, index in the full
+  // tensor), then the compute params from master.
+  template <class F>
+  void fill_master(F&& value) {
+    with_host_state(true, [&](float* master, float*, float*) {
+      for (std::size_t i : stage_params_) {
+        const param<float>& p = *all_params_[i];
+        const std::size_t lo = param_offset_[i], hi = lo + layout_.params()[i].numel;
+        state_.for_each_master_range(plan_, stage, lo, hi, [&](std::size_t padded, std::size_t master_idx, std::size_t n) {
+          for (std::size_t j = 0; j < n; ++j) master[master_idx + j] = value(i, p.global_index(padded - lo + j));
+        });
+      }
+    });
     refresh_params_from_master();
+    if constexpr (stage == 3) live_[0].valid = live_[1].valid = false;
+  }
+
+  template <class F>
+  void with_host_state(bool write_back, F&& f) {
+    state_.with_host(*dev_.eng, write_back, std::forward<F>(f));
   }
 
   // Params replicated over tensor-parallel ranks (norms, row-parallel biases) have
   // equal gradients on every tensor rank: only tensor rank 0 counts them in the norm.
   void collect_tp_norm_runs() {
-    std::vector<std::pair<std::size_t, std::size_t>> replicated;  // padded ranges
+    std::vector<detail::index_range> replicated;  // padded ranges
     for (std::size_t i : stage_params_)
       if (!all_params_[i]->sharded()) replicated.push_back({param_offset_[i], param_offset_[i] + layout_.params()[i].numel});
-    for (const auto& b : plan_.buckets()) {
-      const std::size_t pb = b.piece_begin(dp_.rank()), pe = pb + b.piece;
-      std::size_t at = pb;
-      for (const auto& [lo, hi] : replicated) {
-        const std::size_t s = std::max(lo, pb), e = std::min(hi, pe);
-        if (s >= e) continue;
-        if (s > at) tp_norm_runs_.push_back({b.shard_offset + (at - pb), b.shard_offset + (s - pb)});
-        at = e;
-      }
-      if (at < pe) tp_norm_runs_.push_back({b.shard_offset + (at - pb), b.shard_offset + (pe - pb)});
-    }
-    count_all_for_norm_ = false;
-  }
-
-  double local_grad_square_sum() const {
-    const float* g = state_.grad_shard.data();
-    if (count_all_for_norm_) return kernels::sum_squares(std::span<const float>(g, state_.grad_shard.size()));
-    double sq = 0;
-    for (const auto& [lo, hi] : tp_norm_runs_) sq += kernels::sum_squares(std::span<const float>(g + lo, hi - lo));
-    return sq;
+    norm_runs_ = state_.shard_runs_outside(plan_, replicated);
   }
 
   // ---- forward / backward -------------------------------------------------------------
-  static void slice_rows(const tensor_t& src, int k, int K, tensor_t& dst) {
+  void slice_rows(const tensor_t& src, int k, int K, tensor_t& dst) {
     shape s = src.shape();
     s[0] /= K;
     dst.resize(s);
-    std::copy_n(src.data() + static_cast<std::size_t>(k) * dst.numel(), dst.numel(), dst.data());
+    dev_.eng->copy(dst.data(), src.data() + static_cast<std::size_t>(k) * dst.numel(), dst.numel());
   }
 
   void forward_micro_batch(const batch<Space>& b, int m, int slot) {
@@ -380,12 +406,13 @@ class trainer_impl {
       if constexpr (stage == 3) ensure_live(plan_.bucket_of_layer(l), true);
       table_[l].run_forward(ctx_, acts[l - first_layer_], acts[l - first_layer_ + 1], static_cast<std::size_t>(slot));
     }
-    if (is_last_stage())
+    if (is_last_stage()) {
       expects(acts.back().numel() == 1, [&] {
         return detail::cat("strata::trainer: the model's last layer must be a loss layer producing one value; it produced ",
                            acts.back().shape().str());
       });
-    else
+      dev_.eng->copy(loss_slots_.data() + m, acts.back().data(), 1);
+    } else
       detail::send_tensor(*pp_fwd_, acts.back(), pp_rank() + 1, sends_[static_cast<std::size_t>(slot)]);
   }
 
@@ -394,7 +421,7 @@ class trainer_impl {
     const int slot = slot_of_[static_cast<std::size_t>(m)];
     if (is_last_stage()) {
       dacts_[nl].resize(shape{1});
-      dacts_[nl][0] = dloss;
+      dev_.eng->fill(dacts_[nl].data(), 1, dloss);
     } else {
       idle_ += detail::recv_tensor(*pp_bwd_, dacts_[nl], pp_rank() + 1);
     }
@@ -427,7 +454,7 @@ class trainer_impl {
     finish_reduce(slot);  // the slot's previous bucket must be reduced before reuse
     const auto& bk = plan_.buckets()[b];
     float* region = grad_region(b);
-    std::fill_n(region, bk.size, 0.0f);
+    dev_.eng->fill(region, bk.size, 0.0f);
     if constexpr (stage >= 2) {
       for (std::size_t l = bk.first_layer; l < bk.end_layer; ++l)
         for_each_layer_param(l, [&](param<float>& p, std::size_t off) { p.grad_ptr = region + (off - bk.offset); });
@@ -444,11 +471,11 @@ class trainer_impl {
     if constexpr (Precision::is_mixed) {
       // 16-bit gradients on the wire, as on a GPU; accumulation stays fp32.
       compute_t* wire = state_.wire.data() + slot * plan_.max_bucket();
-      for (std::size_t i = 0; i < bk.size; ++i) wire[i] = compute_t(region[i]);
-      pending_[slot].req = dp_.reduce_scatter_async(std::span<const compute_t>(wire, bk.size),
+      dev_.eng->template narrow<compute_t>(region, wire, bk.size);
+      pending_[slot].req = dev_.dp->reduce_scatter_async(std::span<const compute_t>(wire, bk.size),
                                                     std::span<compute_t>(state_.wire_out.data() + slot * plan_.max_piece(), bk.piece));
     } else {
-      pending_[slot].req = dp_.reduce_scatter_async(std::span<const float>(region, bk.size),
+      pending_[slot].req = dev_.dp->reduce_scatter_async(std::span<const float>(region, bk.size),
                                                     std::span<float>(state_.reduced.data() + slot * plan_.max_piece(), bk.piece));
     }
   }
@@ -460,15 +487,10 @@ class trainer_impl {
     p.req.wait();
     const auto& bk = plan_.buckets()[p.bucket];
     float* acc = state_.grad_shard.data() + bk.shard_offset;
-    if constexpr (Precision::is_mixed) {
-      const compute_t* in = state_.wire_out.data() + slot * plan_.max_piece();
-      if (p.first) for (std::size_t i = 0; i < bk.piece; ++i) acc[i] = static_cast<float>(in[i]);
-      else for (std::size_t i = 0; i < bk.piece; ++i) acc[i] += static_cast<float>(in[i]);
-    } else {
-      const float* in = state_.reduced.data() + slot * plan_.max_piece();
-      if (p.first) std::copy_n(in, bk.piece, acc);
-      else for (std::size_t i = 0; i < bk.piece; ++i) acc[i] += in[i];
-    }
+    if constexpr (Precision::is_mixed)
+      dev_.eng->widen_accumulate(state_.wire_out.data() + slot * plan_.max_piece(), acc, bk.piece, p.first);
+    else
+      dev_.eng->accumulate(acc, state_.reduced.data() + slot * plan_.max_piece(), bk.piece, p.first);
   }
 
   // ZeRO-3: makes bucket b's params live in its slot, and prefetches the next bucket in
@@ -499,7 +521,7 @@ class trainer_impl {
       bind_live(b);
       return;
     }
-    slot.req = dp_.all_gather_async(std::span<const float>(state_.params.data() + bk.shard_offset, bk.piece),
+    slot.req = dev_.dp->all_gather_async(std::span<const float>(state_.params.data() + bk.shard_offset, bk.piece),
                                     std::span<float>(state_.live.data() + (b % 2) * plan_.max_bucket(), bk.size));
   }
 
@@ -512,49 +534,55 @@ class trainer_impl {
 
   // ---- optimizer step ---------------------------------------------------------------
   void apply_update(float lr, float grad_scale, long opt_step) {
-    const float* grads = state_.grad_shard.data();
+    float* grads = state_.grad_shard.data();
     if constexpr (stage == 0) {
       // Replicated: all-gather the reduced shards, then every rank updates everything.
       for (const auto& bk : plan_.buckets()) {
         if (bk.size == 0) continue;
-        dp_.all_gather(std::span<const float>(state_.grad_shard.data() + bk.shard_offset, bk.piece),
-                       std::span<float>(state_.grads.data() + bk.offset, bk.size));
+        dev_.dp->all_gather(std::span<const float>(state_.grad_shard.data() + bk.shard_offset, bk.piece),
+                         std::span<float>(state_.grads.data() + bk.offset, bk.size));
       }
       grads = state_.grads.data();
     }
-    for (const auto& r : state_.runs) {
-      shard_args<float, float> a{};
-      a.master = state_.master.data() + r.begin;
-      a.grad = grads + r.begin;
-      a.state0 = Optimizer::state_slots > 0 ? state_.state0.data() + r.begin : nullptr;
-      a.state1 = Optimizer::state_slots > 1 ? state_.state1.data() + r.begin : nullptr;
-      a.n = r.end - r.begin;
-      opt_.step(a, lr, grad_scale, r.decay, opt_step);
+    shard_args<float, float> a{};
+    a.master = state_.master.data();
+    a.grad = grads;
+    a.state0 = Optimizer::state_slots > 0 ? state_.state0.data() : nullptr;
+    a.state1 = Optimizer::state_slots > 1 ? state_.state1.data() : nullptr;
+    a.n = state_.master.size();
+    if constexpr (split) {
+      // Offloaded: the grad shard comes to the host, the host steps run by run, and each
+      // run's new params go back to the device while the host steps the next one.
+      dev_.eng->download(state_.host_grads.data(), grads, a.n);
+      a.grad = state_.host_grads.data();
+      for (const auto& r : state_.runs) {
+        dev_.host_eng.step_run(opt_, a, r, lr, grad_scale, opt_step);
+        state_.template refresh_run<compute_t>(*dev_.eng, dev_.host_eng, r);
+      }
+      gather_params();
+    } else {
+      dev_.eng->step(opt_, a, lr, grad_scale, opt_step);
+      refresh_params_from_master();
     }
-    refresh_params_from_master();
-    std::fill(state_.grad_shard.begin(), state_.grad_shard.end(), 0.0f);
+    dev_.eng->fill(state_.grad_shard.data(), state_.grad_shard.size(), 0.0f);
     if constexpr (stage == 3) live_[0].valid = live_[1].valid = false;
   }
 
   // Compute params = master rounded to the compute precision; then stages 1-2 all-gather
   // the pieces so every rank holds the full params again.
   void refresh_params_from_master() {
-    for (const auto& r : state_.runs) {
-      const float* m = state_.master.data() + r.begin;
-      float* p = state_.params.data() + r.out_begin;
-      const std::size_t n = r.end - r.begin;
-      if constexpr (Precision::is_mixed) {
-        for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<float>(compute_t(m[i]));
-      } else {
-        std::copy_n(m, n, p);
-      }
-    }
+    if constexpr (split) dev_.eng->synchronize();  // host_params may still be on its way
+    for (const auto& r : state_.runs) state_.template refresh_run<compute_t>(*dev_.eng, dev_.host_eng, r);
+    gather_params();
+  }
+
+  void gather_params() {
     if constexpr (stage == 1 || stage == 2) {
       gather_reqs_.clear();
       for (const auto& bk : plan_.buckets()) {
         if (bk.size == 0) continue;
         float* region = state_.params.data() + bk.offset;
-        gather_reqs_.push_back(dp_.all_gather_async(
+        gather_reqs_.push_back(dev_.dp->all_gather_async(
             std::span<const float>(region + bk.piece * static_cast<std::size_t>(dp_.rank()), bk.piece),
             std::span<float>(region, bk.size)));
       }
@@ -563,21 +591,9 @@ class trainer_impl {
     }
   }
 
-  checkpoint_state checkpoint_view() {
+  checkpoint_state checkpoint_view(float* master, float* state0, float* state1) {
     checkpoint_state st;
-    for (std::size_t i : stage_params_) {
-      const param<float>& p = *all_params_[i];
-      st.names.push_back(layout_.params()[i].name);
-      st.shapes.push_back(layout_.params()[i].shape);
-      st.full_shapes.push_back(p.sharded() ? p.full_shape : p.shape);
-      st.shard_dims.push_back(p.sharded() ? p.shard_dim : -1);
-      st.shard_offsets.push_back(p.sharded() ? p.shard_offset : 0);
-      st.param_offset.push_back(param_offset_[i]);
-    }
-    for (const auto* p : all_params_) {
-      st.model_names.push_back(p->name);
-      st.model_full_shapes.push_back(p->sharded() ? p->full_shape : p->shape);
-    }
+    detail::describe_params(st, layout_, all_params_, param_offset_, stage_params_);
     st.plan = &plan_;
     st.optimizer = Optimizer::name;
     st.precision = Precision::name;
@@ -590,9 +606,9 @@ class trainer_impl {
     st.tp_rank = grid_.tp_rank();
     st.pp_rank = pp_rank();
     st.replicated_master = stage == 0;
-    st.arrays[0] = state_.master.data();
-    st.arrays[1] = state_.state0.data();
-    st.arrays[2] = state_.state1.data();
+    st.arrays[0] = master;
+    st.arrays[1] = state0;
+    st.arrays[2] = state1;
     st.owned = state_.master.size();
     st.for_each_owned = [this](std::size_t lo, std::size_t hi,
                                const std::function<void(std::size_t, std::size_t, std::size_t)>& f) {
@@ -635,7 +651,9 @@ class trainer_impl {
   bucket_plan plan_;
   std::vector<detail::layer_entry<ctx_t>> table_;
   std::size_t first_layer_ = 0, end_layer_ = 0;
-  detail::sharded_state<compute_t> state_;
+  detail::device_side<Space> dev_;
+  detail::sharded_state<compute_t, Space, opt_space> state_;
+  buffer<float, Space> loss_slots_;  // the last stage's loss per micro-batch
   std::vector<std::size_t> param_offset_, layer_first_param_, stage_params_;
   std::vector<param<float>*> all_params_;  // in layout order, every stage's
   std::vector<std::vector<tensor_t>> acts_;  // [slot][layer boundary]
@@ -646,8 +664,7 @@ class trainer_impl {
   std::vector<bool> in_use_;
   std::vector<pipeline_action> actions_;
   std::optional<comm_t> pp_fwd_, pp_bwd_;
-  std::vector<std::pair<std::size_t, std::size_t>> tp_norm_runs_;
-  bool count_all_for_norm_ = true;
+  std::vector<detail::index_range> norm_runs_;  // of the grad shard, counted in the norm
   tensor_t mb_targets_;
   ctx_t ctx_;
   pending_reduce pending_[2];
@@ -663,12 +680,14 @@ class trainer_impl {
 
 template <class Model, class Space = host, class Sharding = replicated, class Optimizer = adamw,
           class Precision = fp32, class Schedule = one_f_one_b>
-class trainer : public detail::trainer_impl<Model, Space, Sharding::stage, Optimizer, Precision, Schedule> {
+class trainer : public detail::trainer_impl<Model, Space, Sharding::stage, Sharding::offload && !std::is_same_v<Space, host>,
+                                            Optimizer, Precision, Schedule> {
   static_assert(sharding_policy<Sharding>, "strata::trainer: Sharding must be strata::replicated or strata::zero<S, ...>");
   static_assert(precision_policy<Precision>, "strata::trainer: Precision must be strata::fp32 or strata::mixed<bf16|fp16>");
   static_assert(pipeline_schedule<Schedule>, "strata::trainer: Schedule must be strata::gpipe or strata::one_f_one_b");
   static_assert(!(Sharding::offload && Sharding::stage == 0), "strata::trainer: offload_optimizer needs zero<1|2|3>");
-  using base = detail::trainer_impl<Model, Space, Sharding::stage, Optimizer, Precision, Schedule>;
+  using base = detail::trainer_impl<Model, Space, Sharding::stage, Sharding::offload && !std::is_same_v<Space, host>,
+                                    Optimizer, Precision, Schedule>;
 
  public:
   using sharding = Sharding;

@@ -1,7 +1,12 @@
 // The buffers one rank holds for a sharding stage (DESIGN §4), sized once from the
-// bucket plan, and the runs of the flat shard that the optimizer steps.
+// bucket plan, and the runs of the flat shard that the optimizer steps. Compute-side
+// buffers live in Space; master and moments in OptSpace (pinned host memory when a CUDA
+// trainer offloads them, which then also needs host copies of the grad shard and of the
+// rounded params on their way back).
 #pragma once
 #include <cstddef>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../../parallel/bucket_plan.hpp"
@@ -17,10 +22,17 @@ struct update_run {
   bool decay = true;
 };
 
-template <class Compute>
+template <class Compute, class Space = host, class OptSpace = Space>
 struct sharded_state {
-  host_buffer<float> params, live, grads, grad_shard, reduced, master, state0, state1;
-  host_buffer<Compute> wire, wire_out;  // 16-bit gradient staging for mixed precision
+  static constexpr bool split = !std::is_same_v<Space, OptSpace>;
+  template <class T>
+  using dev = buffer<T, Space>;
+  template <class T>
+  using opt = buffer<T, OptSpace>;
+  dev<float> params, live, grads, grad_shard, reduced;
+  opt<float> master, state0, state1;
+  opt<float> host_grads, host_params;  // split only: the grad shard and new params in transit
+  dev<Compute> wire, wire_out;         // 16-bit gradient staging for mixed precision
   std::vector<update_run> runs;
   int rank = 0;
 
@@ -28,20 +40,24 @@ struct sharded_state {
     rank = my_rank;
     const std::size_t total = plan.total(), shard = plan.shard_size();
     const std::size_t two_buckets = 2 * plan.max_bucket(), two_pieces = 2 * plan.max_piece();
-    params = host_buffer<float>(stage < 3 ? total : shard);
-    if (stage == 3) live = host_buffer<float>(two_buckets);
-    grads = host_buffer<float>(stage < 2 ? total : two_buckets);
-    grad_shard = host_buffer<float>(shard);
+    params = dev<float>(stage < 3 ? total : shard);
+    if (stage == 3) live = dev<float>(two_buckets);
+    grads = dev<float>(stage < 2 ? total : two_buckets);
+    grad_shard = dev<float>(shard);
     if (mixed) {
-      wire = host_buffer<Compute>(two_buckets);
-      wire_out = host_buffer<Compute>(two_pieces);
+      wire = dev<Compute>(two_buckets);
+      wire_out = dev<Compute>(two_pieces);
     } else {
-      reduced = host_buffer<float>(two_pieces);
+      reduced = dev<float>(two_pieces);
     }
     const std::size_t owned = stage == 0 ? total : shard;
-    master = host_buffer<float>(owned);
-    if (state_slots > 0) state0 = host_buffer<float>(owned);
-    if (state_slots > 1) state1 = host_buffer<float>(owned);
+    master = opt<float>(owned);
+    if (state_slots > 0) state0 = opt<float>(owned);
+    if (state_slots > 1) state1 = opt<float>(owned);
+    if constexpr (split) {
+      host_grads = opt<float>(owned);
+      host_params = opt<float>(owned);
+    }
     make_runs(plan, stage);
   }
 
@@ -60,6 +76,58 @@ struct sharded_state {
     }
   }
 
+  // Runs f(master, state0, state1) on host-readable arrays: the buffers themselves where
+  // the host can read them, else copies (through the engine); with write_back, the
+  // copies go back after.
+  template <class Engine, class F>
+  void with_host(Engine& eng, bool write_back, F&& f) {
+    if constexpr (OptSpace::host_accessible) {
+      eng.synchronize();
+      f(master.data(), state0.data(), state1.data());
+    } else {
+      std::vector<float> a[3];
+      float* dev[3] = {master.data(), state0.data(), state1.data()};
+      for (int k = 0; k < 3; ++k) {
+        a[k].resize(k == 0 ? master.size() : k == 1 ? state0.size() : state1.size());
+        eng.download(a[k].data(), dev[k], a[k].size());
+      }
+      f(a[0].data(), a[1].data(), a[2].data());
+      if (write_back)
+        for (int k = 0; k < 3; ++k) eng.upload(dev[k], a[k].data(), a[k].size());
+    }
+  }
+
+  // Compute params of run r = its master rounded to P: on the device, or, with the state
+  // on the host, rounded there and copied over while the host goes on to the next run.
+  template <class P, class Engine, class HostEngine>
+  void refresh_run(Engine& eng, HostEngine& host_eng, const update_run& r) {
+    const std::size_t n = r.end - r.begin;
+    if constexpr (split) {
+      host_eng.template round_into<P>(master.data() + r.begin, host_params.data() + r.begin, n);
+      eng.upload_async(params.data() + r.out_begin, host_params.data() + r.begin, n);
+    } else {
+      eng.template round_into<P>(master.data() + r.begin, params.data() + r.out_begin, n);
+    }
+  }
+
+  // The runs of this rank's grad shard outside the given padded ranges (sorted, disjoint).
+  std::vector<std::pair<std::size_t, std::size_t>> shard_runs_outside(
+      const bucket_plan& plan, const std::vector<std::pair<std::size_t, std::size_t>>& excluded) const {
+    std::vector<std::pair<std::size_t, std::size_t>> out;
+    for (const auto& b : plan.buckets()) {
+      const std::size_t pb = b.piece_begin(rank), pe = pb + b.piece;
+      std::size_t at = pb;
+      for (const auto& [lo, hi] : excluded) {
+        const std::size_t s = lo > pb ? lo : pb, e = hi < pe ? hi : pe;
+        if (s >= e) continue;
+        if (s > at) out.push_back({b.shard_offset + (at - pb), b.shard_offset + (s - pb)});
+        at = e;
+      }
+      if (at < pe) out.push_back({b.shard_offset + (at - pb), b.shard_offset + (pe - pb)});
+    }
+    return out;
+  }
+
   memory_report report(const bucket_plan&, int stage, bool offload, std::size_t activation_bytes) const {
     memory_report r;
     r.bytes["params"] = params.bytes() + live.bytes();
@@ -67,8 +135,9 @@ struct sharded_state {
     r.bytes["master"] = master.bytes();
     r.bytes["optimizer_states"] = state0.bytes() + state1.bytes();
     r.bytes["comm_buffers"] = reduced.bytes() + wire.bytes() + wire_out.bytes();
+    if constexpr (split) r.bytes["offload_staging"] = host_grads.bytes() + host_params.bytes();
     r.bytes["activations"] = activation_bytes;
-    for (auto& [k, v] : r.bytes) r.offloaded[k] = offload && (k == "master" || k == "optimizer_states");
+    for (auto& [k, v] : r.bytes) r.offloaded[k] = offload && (k == "master" || k == "optimizer_states" || k == "offload_staging");
     (void)stage;
     return r;
   }

@@ -1,0 +1,58 @@
+// examples/mlp: one training run in a space under fixed policies, shared by the host
+// build (main.cpp) and the CUDA translation unit (run_cuda.cu).
+#pragma once
+#include <cstdio>
+#include <strata/strata.hpp>
+
+#include "../common/args.hpp"
+#include "../common/config.hpp"
+#include "../common/loop.hpp"
+#include "model.hpp"
+
+namespace mlp {
+
+struct run_args {
+  strata::environment& env;
+  const shape_config& shape;
+  const examples::loop_options& lo;
+  const strata::trainer_options& opts;
+  const examples::config_choice& cc;
+  const strata::runtime_policies& pol;
+};
+
+template <class Space, class Sharding, class Optimizer, class Precision>
+int run(const run_args& a) {
+  strata::grid g(a.env.world(), {});
+  const int ranks = g.dp_size(), rank = g.dp_rank();
+  a.lo.validate(ranks, a.opts.micro_batches);
+  strata::trainer<model, Space, Sharding, Optimizer, Precision> tr(g, make_model(a.shape), a.opts,
+                                                                   a.cc.template optimizer<Optimizer>());
+  synthetic_data data(a.shape, a.lo.seed);
+  const long local = a.lo.batch / ranks;
+  const auto r = examples::train_loop(tr, a.lo, a.env.rank(), [&](long step, strata::batch<>& b) {
+    data.fill(static_cast<std::uint64_t>(step * a.lo.batch + rank * local), local, b);
+  });
+  if (rank == 0) {
+    std::printf("final loss %.6f  weights_hash %s  policy %s/%s/%s  device %s  ranks %d  params %zu\n",
+                static_cast<double>(r.last.loss), r.hash.c_str(), Sharding::name, Optimizer::name, Precision::name,
+                Space::name, ranks, r.master.size());
+    auto j = examples::base_report(tr, r);
+    j["policy"] = {{"sharding", Sharding::name}, {"optimizer", Optimizer::name}, {"precision", Precision::name}};
+    j["device"] = Space::name;
+    j["ranks"] = ranks;
+    examples::write_report(a.lo.report, j);
+  }
+  return 0;
+}
+
+#if STRATA_EXAMPLE_HAS_CUDA
+// run_cuda.cu: selects this process's GPU by local rank and runs in strata::cuda.
+int run_cuda(const run_args& a);
+#else
+inline int run_cuda(const run_args&) {
+  throw strata::config_error(
+      "--device cuda: this build has no CUDA (configure with -DSTRATA_ENABLE_CUDA=ON where nvcc is found)");
+}
+#endif
+
+}  // namespace mlp

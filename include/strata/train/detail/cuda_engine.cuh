@@ -1,0 +1,160 @@
+// engine<cuda>: the trainer's buffer work on a GPU. Everything is queued on one compute
+// stream (which the trainer's NCCL communicators are ordered against, and which its
+// cuBLAS handle is bound to); the host blocks only where it needs a value: the squared
+// norm, the loss, and moving weights for checkpoints and offload. Scalars and
+// host-side data (checkpoints, gathered weights) stay on the grid's host communicators.
+#pragma once
+#include <cublas_v2.h>
+
+#include <cstddef>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "../../comm/nccl.hpp"
+#include "../../kernels/cuda_driver.cuh"
+#include "../../kernels/cuda_optim.cuh"
+#include "../../kernels/cuda_reduce.cuh"
+#include "../../space/cuda.hpp"
+#include "../../space/cuda_stream.hpp"
+#include "../../space/detail/cublas_check.hpp"
+#include "engine.hpp"
+
+namespace strata::detail {
+
+namespace engine_ops {
+struct fill {
+  float* p;
+  float v;
+  STRATA_HOST_DEVICE void operator()(std::size_t i) const { p[i] = v; }
+};
+struct add {
+  float* acc;
+  const float* in;
+  STRATA_HOST_DEVICE void operator()(std::size_t i) const { acc[i] += in[i]; }
+};
+template <class P>
+struct widen {
+  const P* in;
+  float* acc;
+  bool first;
+  STRATA_HOST_DEVICE void operator()(std::size_t i) const {
+    const float v = static_cast<float>(in[i]);
+    acc[i] = first ? v : acc[i] + v;
+  }
+};
+template <class P>
+struct round_through {
+  const float* in;
+  float* out;
+  STRATA_HOST_DEVICE void operator()(std::size_t i) const { out[i] = static_cast<float>(strata::round_to<P>(in[i])); }
+};
+}  // namespace engine_ops
+
+template <>
+class engine<cuda> {
+ public:
+  explicit engine(std::size_t largest) : reducer_(largest > 0 ? largest : 1) {
+    STRATA_CHECK_CUBLAS(cublasCreate(&blas_));
+    STRATA_CHECK_CUBLAS(cublasSetStream(blas_, stream_.get()));
+    // Plain fp32 GEMMs: no TF32 (that would lose the host's numbers), and cuBLAS's
+    // single-stream results are the same bits run to run.
+    STRATA_CHECK_CUBLAS(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
+  }
+  engine(const engine&) = delete;
+  engine& operator=(const engine&) = delete;
+  ~engine() {
+    (void)cudaStreamSynchronize(stream_.get());
+    (void)cublasDestroy(blas_);
+  }
+
+  using comm_type = nccl_comm;
+
+  executor<cuda> exec() const noexcept { return {stream_.get(), blas_}; }
+  cudaStream_t stream() const noexcept { return stream_.get(); }
+  // An NCCL communicator over the processes of `host` (collective over it), ordered
+  // against this engine's stream: its operations wait for the work queued so far, and
+  // waiting on one orders later work after it without blocking the host.
+  template <class HostComm>
+  nccl_comm make_comm(HostComm& host, const char* name) {
+    nccl_options o;
+    o.compute_stream = stream_.get();
+    o.name = name;
+    return nccl_comm(host, o);
+  }
+  void synchronize() { stream_.synchronize(); }
+
+  void fill(float* p, std::size_t n, float v) { kernels::run_cuda(n, engine_ops::fill{p, v}, stream()); }
+  void copy(float* dst, const float* src, std::size_t n) {
+    if (n) STRATA_CHECK_CUDA(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream()));
+  }
+  void accumulate(float* acc, const float* in, std::size_t n, bool first) {
+    if (first) copy(acc, in, n);
+    else kernels::run_cuda(n, engine_ops::add{acc, in}, stream());
+  }
+  template <class P>
+  void narrow(const float* in, P* out, std::size_t n) {
+    kernels::cast_cuda(std::span<const float>(in, n), std::span<P>(out, n), stream());
+  }
+  template <class P>
+  void widen_accumulate(const P* in, float* acc, std::size_t n, bool first) {
+    kernels::run_cuda(n, engine_ops::widen<P>{in, acc, first}, stream());
+  }
+  template <class P>
+  void round_into(const float* master, float* out, std::size_t n) {
+    if constexpr (std::is_same_v<P, float>) copy(out, master, n);
+    else kernels::run_cuda(n, engine_ops::round_through<P>{master, out}, stream());
+  }
+  // One CUB reduction per run into its own slot, summed on the host in run order: the
+  // same value every run (CUB's partial-sum layout is fixed) at one synchronization.
+  double sum_squares(const float* base, std::span<const index_range> runs) {
+    if (partials_.size() < runs.size()) {
+      partials_ = buffer<double, cuda>(runs.size());
+      partials_host_ = buffer<double, pinned>(runs.size());
+    }
+    for (std::size_t i = 0; i < runs.size(); ++i)
+      reducer_.sum_squares_async(std::span<const float>(base + runs[i].first, runs[i].second - runs[i].first),
+                                 partials_.data() + i, stream());
+    if (runs.empty()) return 0;
+    cuda::copy_async(partials_host_.data(), partials_.data(), runs.size() * sizeof(double), stream());
+    synchronize();
+    double sq = 0;
+    for (std::size_t i = 0; i < runs.size(); ++i) sq += partials_host_[i];
+    return sq;
+  }
+
+  // The whole shard in one launch: the runs (with their decay flags) go to the device once.
+  void prepare_step(std::span<const update_run> runs, std::size_t shard_n) {
+    std::vector<decay_run> d;
+    for (const auto& r : runs) d.push_back({r.begin, r.end - r.begin, r.decay});
+    table_ = kernels::cuda_run_table(d, shard_n);
+  }
+  template <class Optimizer>
+  void step(const Optimizer& opt, const shard_args<float, float>& a, float lr, float grad_scale, long step) {
+    kernels::step_runs_cuda(opt, a, table_, lr, grad_scale, step, stream());
+  }
+
+  // Host <-> device; both return when the data has landed.
+  void download(float* host_dst, const float* src, std::size_t n) {
+    if (n) cuda::copy_async(host_dst, src, n * sizeof(float), stream());
+    synchronize();
+  }
+  void upload(float* dst, const float* host_src, std::size_t n) {
+    if (n) cuda::copy_async(dst, host_src, n * sizeof(float), stream());
+    synchronize();
+  }
+  // Queued only: host_src must be pinned and stay unchanged until the stream passes it.
+  void upload_async(float* dst, const float* host_src, std::size_t n) {
+    if (n) cuda::copy_async(dst, host_src, n * sizeof(float), stream());
+  }
+
+ private:
+  cuda_stream stream_;
+  cublasHandle_t blas_ = nullptr;
+  kernels::cuda_reducer<float> reducer_;
+  kernels::cuda_run_table table_;
+  buffer<double, cuda> partials_;
+  buffer<double, pinned> partials_host_;
+};
+
+}  // namespace strata::detail

@@ -1,0 +1,58 @@
+// What a trainer holds to compute in its space: the engine (stream and BLAS handle on a
+// GPU), the communicators that move gradients and params there, a host engine that
+// steps an offloaded optimizer state, and the device copy of a batch given in host memory.
+#pragma once
+#include <memory>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+#include "../batch.hpp"
+#include "engine.hpp"
+
+namespace strata::detail {
+
+template <class Space>
+struct device_side {
+  using engine_t = engine<Space>;
+  using comm_t = typename engine_t::comm_type;
+
+  std::unique_ptr<engine_t> eng;
+  engine<host> host_eng;
+  comm_t* dp = nullptr;  // data-parallel: reduce-scatters grads, all-gathers params
+  std::optional<comm_t> dp_own, tp_own;
+  batch<Space> staged;
+
+  // Makes the engine for buffers of up to `largest` elements, and the communicators: on
+  // the host the grid's own; on a GPU, NCCL communicators over the same processes
+  // (collective over data and, with tensor parallelism, tensor). The context gets the
+  // engine's executor and the tensor-parallel communicator.
+  template <class HostComm, class Ctx>
+  void start(std::size_t largest, HostComm& data, HostComm& tensor, Ctx& ctx) {
+    eng = std::make_unique<engine_t>(largest);
+    if constexpr (std::is_same_v<comm_t, HostComm>) {
+      dp = &data;
+      ctx.set_tp(&tensor);
+    } else {
+      dp_own.emplace(eng->make_comm(data, "data"));
+      dp = &*dp_own;
+      if (tensor.size() > 1) {
+        tp_own.emplace(eng->make_comm(tensor, "tensor"));
+        ctx.set_tp(&*tp_own);
+      }
+    }
+    ctx.set_exec(eng->exec());
+  }
+
+  // A batch in another space (host memory for a GPU trainer), copied into this one.
+  template <class S>
+  const batch<Space>& stage(const batch<S>& b) {
+    for (auto [from, to] : {std::pair{&b.inputs, &staged.inputs}, std::pair{&b.targets, &staged.targets}}) {
+      to->resize(from->shape());
+      eng->upload(to->data(), from->data(), from->numel());
+    }
+    return staged;
+  }
+};
+
+}  // namespace strata::detail
