@@ -66,7 +66,7 @@ struct block {
     strata::nn::layer_norm::cache ln1, ln2;
     strata::nn::causal_self_attention::cache attn;
     strata::parallel::column_parallel_linear::cache fc1;
-    strata::nn::gelu::cache act;
+    strata::nn::gelu::cache<> act;
     strata::parallel::row_parallel_linear::cache fc2;
     strata::tensor<float> h1, x1, h2, u, g;       // forward intermediates
     strata::tensor<float> dg, du, dh2, dx1, dh1;  // their gradients

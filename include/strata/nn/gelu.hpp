@@ -4,8 +4,11 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "../space/tensor.hpp"
+#include "context.hpp"
+#include "detail/device_ops.hpp"
 #include "detail/loops.hpp"
 
 namespace strata::nn {
@@ -14,7 +17,8 @@ enum class gelu_approximation : unsigned char { none, tanh };
 
 namespace detail {
 
-// The math of one element, shared by a future CUDA driver (hence STRATA_HOST_DEVICE).
+// The math of one element, shared by the host loops and the CUDA kernels (hence
+// STRATA_HOST_DEVICE; nvcc provides device overloads of std::erf, std::tanh, std::exp).
 struct gelu_erf {
   static constexpr float inv_sqrt2 = 0.70710678118654752f;
   static constexpr float inv_sqrt_2pi = 0.39894228040143268f;
@@ -41,39 +45,51 @@ struct gelu_tanh {
 struct gelu {
   gelu_approximation approximate = gelu_approximation::none;
 
+  template <class Space = host>
   struct cache {
-    const tensor<float>* x = nullptr;  // the input, kept alive by the trainer until backward
+    const tensor<float, Space>* x = nullptr;  // the input, kept alive by the trainer until backward
   };
 
   template <class Ctx>
-  void forward(Ctx&, const tensor<float>& x, tensor<float>& y, cache& c) const {
+  void forward(Ctx& ctx, const layer_tensor<Ctx>& x, layer_tensor<Ctx>& y, cache<layer_space<Ctx>>& c) const {
     nn::detail::require_distinct(&x, &y, "gelu", std::string());
     y.resize(x.shape());
-    const float* xp = x.data();
-    float* yp = y.data();
     const auto n = static_cast<std::int64_t>(x.numel());
-    // The branch is outside the loops so each loop is one straight-line body.
-    if (approximate == gelu_approximation::tanh)
-      nn::detail::elementwise(n, [=](std::int64_t i) { yp[i] = detail::gelu_tanh::value(xp[i]); });
-    else
-      nn::detail::elementwise(n, [=](std::int64_t i) { yp[i] = detail::gelu_erf::value(xp[i]); });
+    if constexpr (std::is_same_v<layer_space<Ctx>, host>) {
+      (void)ctx;
+      const float* xp = x.data();
+      float* yp = y.data();
+      // The branch is outside the loops so each loop is one straight-line body.
+      if (approximate == gelu_approximation::tanh)
+        nn::detail::elementwise(n, [=](std::int64_t i) { yp[i] = detail::gelu_tanh::value(xp[i]); });
+      else
+        nn::detail::elementwise(n, [=](std::int64_t i) { yp[i] = detail::gelu_erf::value(xp[i]); });
+    } else {
+      nn::detail::device_ops_for<layer_space<Ctx>>::gelu_forward(ctx.exec(), approximate, n, x.data(), y.data());
+    }
     c.x = &x;
   }
 
   template <class Ctx>
-  void backward(Ctx&, const tensor<float>& dy, tensor<float>& dx, cache& c) {
+  void backward(Ctx& ctx, const layer_tensor<Ctx>& dy, layer_tensor<Ctx>& dx, cache<layer_space<Ctx>>& c) {
     nn::detail::require_forward_ran(c.x, "gelu", std::string());
     nn::detail::require_dy(dy, c.x->shape(), "gelu", std::string());
     nn::detail::require_distinct(&dy, &dx, "gelu", std::string());
     dx.resize(c.x->shape());
-    const float* xp = c.x->data();
-    const float* g = dy.data();
-    float* dxp = dx.data();
     const auto n = static_cast<std::int64_t>(dy.numel());
-    if (approximate == gelu_approximation::tanh)
-      nn::detail::elementwise(n, [=](std::int64_t i) { dxp[i] = g[i] * detail::gelu_tanh::derivative(xp[i]); });
-    else
-      nn::detail::elementwise(n, [=](std::int64_t i) { dxp[i] = g[i] * detail::gelu_erf::derivative(xp[i]); });
+    if constexpr (std::is_same_v<layer_space<Ctx>, host>) {
+      (void)ctx;
+      const float* xp = c.x->data();
+      const float* g = dy.data();
+      float* dxp = dx.data();
+      if (approximate == gelu_approximation::tanh)
+        nn::detail::elementwise(n, [=](std::int64_t i) { dxp[i] = g[i] * detail::gelu_tanh::derivative(xp[i]); });
+      else
+        nn::detail::elementwise(n, [=](std::int64_t i) { dxp[i] = g[i] * detail::gelu_erf::derivative(xp[i]); });
+    } else {
+      nn::detail::device_ops_for<layer_space<Ctx>>::gelu_backward(ctx.exec(), approximate, n, c.x->data(),
+                                                                   dy.data(), dx.data());
+    }
   }
 };
 

@@ -1,13 +1,17 @@
 // nn::linear: y = x W^T + b over the last dimension (torch.nn.Linear), both products done
-// by the space's BLAS (cblas_sgemm on the host), gradients accumulated into the params.
+// by the space's BLAS (cblas_sgemm on the host, cuBLAS on a GPU), gradients accumulated
+// into the params.
 #pragma once
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "../model/param.hpp"
 #include "../space/tensor.hpp"
+#include "context.hpp"
 #include "detail/blas.hpp"
+#include "detail/device_ops.hpp"
 #include "detail/loops.hpp"
 
 namespace strata::nn {
@@ -16,10 +20,11 @@ struct linear {
   param<float> weight;  // [out, in]
   param<float> bias;    // [out]; shape [0] (no elements) for a linear without bias
 
+  template <class Space = host>
   struct cache {
     // The input of the forward: the trainer keeps every layer's input alive until its
     // backward, so a pointer is enough (and costs no copy).
-    const tensor<float>* x = nullptr;
+    const tensor<float, Space>* x = nullptr;
   };
 
   std::int64_t in_features() const noexcept { return weight.shape[1]; }
@@ -28,50 +33,67 @@ struct linear {
 
   // x [..., in] -> y [..., out]. x and y must be different tensors.
   template <class Ctx>
-  void forward(Ctx&, const tensor<float>& x, tensor<float>& y, cache& c) const {
+  void forward(Ctx& ctx, const layer_tensor<Ctx>& x, layer_tensor<Ctx>& y, cache<layer_space<Ctx>>& c) const {
     check_params();
     const std::int64_t in = in_features(), out = out_features();
     nn::detail::require_features(x, in, "linear", weight.name, "weight");
     nn::detail::require_distinct(&x, &y, "linear", weight.name);
     const std::int64_t rows = nn::detail::rows_of(x.shape());
     y.resize(nn::detail::with_last(x.shape(), out));
-    float beta = 0.0f;
-    if (has_bias()) {
-      // Broadcasting b into y and letting the GEMM add onto it (beta = 1) saves a pass.
-      const float* b = bias.data();
-      float* yp = y.data();
-      nn::detail::for_rows(rows, out, [&](std::int64_t r) { std::memcpy(yp + r * out, b, out * sizeof(float)); });
-      beta = 1.0f;
-    }
+    // Broadcasting b into y and letting the GEMM add onto it (beta = 1) saves a pass.
+    const float beta = has_bias() ? 1.0f : 0.0f;
     using nn::detail::transpose;
-    nn::detail::gemm(host{}, transpose::no, transpose::yes, rows, out, in, 1.0f, x.data(), in, weight.data(), in,
-                     beta, y.data(), out);
+    if constexpr (std::is_same_v<layer_space<Ctx>, host>) {
+      (void)ctx;
+      if (has_bias()) {
+        const float* b = bias.data();
+        float* yp = y.data();
+        nn::detail::for_rows(rows, out, [&](std::int64_t r) { std::memcpy(yp + r * out, b, out * sizeof(float)); });
+      }
+      nn::detail::gemm(host{}, transpose::no, transpose::yes, rows, out, in, 1.0f, x.data(), in, weight.data(), in,
+                       beta, y.data(), out);
+    } else {
+      using ops = nn::detail::device_ops_for<layer_space<Ctx>>;
+      if (has_bias()) ops::broadcast_rows(ctx.exec(), rows, out, bias.data(), y.data());
+      ops::gemm(ctx.exec(), transpose::no, transpose::yes, rows, out, in, 1.0f, x.data(), in, weight.data(), in,
+                beta, y.data(), out);
+    }
     c.x = &x;
   }
 
   // dx = dy W; weight.grad += dy^T x; bias.grad += column sums of dy.
   template <class Ctx>
-  void backward(Ctx&, const tensor<float>& dy, tensor<float>& dx, cache& c) {
+  void backward(Ctx& ctx, const layer_tensor<Ctx>& dy, layer_tensor<Ctx>& dx, cache<layer_space<Ctx>>& c) {
     nn::detail::require_forward_ran(c.x, "linear", weight.name);
     check_params();
     nn::detail::require_grad(weight, "linear", weight.name, "weight");
     nn::detail::require_grad(bias, "linear", weight.name, "bias");
-    const tensor<float>& x = *c.x;
+    const layer_tensor<Ctx>& x = *c.x;
     const std::int64_t in = in_features(), out = out_features();
     nn::detail::require_dy(dy, nn::detail::with_last(x.shape(), out), "linear", weight.name);
     nn::detail::require_distinct(&dy, &dx, "linear", weight.name);
     const std::int64_t rows = nn::detail::rows_of(x.shape());
     dx.resize(x.shape());
     using nn::detail::transpose;
-    nn::detail::gemm(host{}, transpose::no, transpose::no, rows, in, out, 1.0f, dy.data(), out, weight.data(), in,
-                     0.0f, dx.data(), in);
-    nn::detail::gemm(host{}, transpose::yes, transpose::no, out, in, rows, 1.0f, dy.data(), out, x.data(), in, 1.0f,
-                     weight.grad(), in);
-    if (has_bias()) {
-      const float* g = dy.data();
-      nn::detail::add_column_sums(rows, out, bias.grad(), [g, out](std::int64_t i, std::int64_t j) {
-        return g[i * out + j];
-      });
+    if constexpr (std::is_same_v<layer_space<Ctx>, host>) {
+      (void)ctx;
+      nn::detail::gemm(host{}, transpose::no, transpose::no, rows, in, out, 1.0f, dy.data(), out, weight.data(), in,
+                       0.0f, dx.data(), in);
+      nn::detail::gemm(host{}, transpose::yes, transpose::no, out, in, rows, 1.0f, dy.data(), out, x.data(), in,
+                       1.0f, weight.grad(), in);
+      if (has_bias()) {
+        const float* g = dy.data();
+        nn::detail::add_column_sums(rows, out, bias.grad(), [g, out](std::int64_t i, std::int64_t j) {
+          return g[i * out + j];
+        });
+      }
+    } else {
+      using ops = nn::detail::device_ops_for<layer_space<Ctx>>;
+      ops::gemm(ctx.exec(), transpose::no, transpose::no, rows, in, out, 1.0f, dy.data(), out, weight.data(), in,
+                0.0f, dx.data(), in);
+      ops::gemm(ctx.exec(), transpose::yes, transpose::no, out, in, rows, 1.0f, dy.data(), out, x.data(), in, 1.0f,
+                weight.grad(), in);
+      if (has_bias()) ops::add_column_sums(ctx.exec(), rows, out, dy.data(), bias.grad());
     }
   }
 

@@ -22,8 +22,8 @@ struct mlp_block {
   nn::linear fc2;
 
   struct cache {
-    nn::linear::cache fc1, fc2;
-    nn::gelu::cache act;
+    nn::linear::cache<> fc1, fc2;
+    nn::gelu::cache<> act;
     // Activations inside the block live here: the sublayer caches point at them, so a
     // cache must stay where it is between forward and backward.
     tensor<float> h, a;
@@ -61,8 +61,8 @@ struct classifier {
     nn::embedding::cache embed;
     mlp_block::cache block;
     nn::layer_norm::cache norm;
-    nn::linear::cache head;
-    nn::softmax_cross_entropy::cache loss;
+    nn::linear::cache<> head;
+    nn::softmax_cross_entropy::cache<> loss;
     tensor<float> e, b, n, logits;
     tensor<float> dlogits, dn, db, de;
   };

@@ -1,0 +1,71 @@
+// What the nn/ layers need outside the host: the device_ops hook through which a layer
+// reaches a space's kernels, and the shape checks for tensors of any space.
+#pragma once
+#include <cstdint>
+#include <source_location>
+#include <string>
+#include <string_view>
+
+#include "../../core/error.hpp"
+#include "../../space/host.hpp"
+#include "../../space/tensor.hpp"
+#include "loops.hpp"
+
+namespace strata::nn::detail {
+
+// A space's layer kernels (GEMM, activations, losses) as static functions taking the
+// space's executor. Declared only: the CUDA definition holds __global__ kernels, so it
+// lives in cuda_ops.cuh, which only nvcc compiles. Layer headers stay plain C++ and name
+// it only in the branch a non-host context instantiates.
+template <class Space>
+struct device_ops;
+
+template <class T>
+concept complete_type = requires { sizeof(T); };
+
+// device_ops<Space>, or one readable error where a .cpp instantiates a layer in the CUDA
+// space (instead of "incomplete type" deep inside the layer).
+template <class Space>
+struct checked_device_ops {
+  static_assert(complete_type<device_ops<Space>>,
+                "strata: nn layers in the CUDA space need the CUDA kernels: include <strata/cuda.cuh> from a .cu "
+                "translation unit");
+  using type = device_ops<Space>;
+};
+template <class Space>
+using device_ops_for = typename checked_device_ops<Space>::type;
+
+// What the device cross-entropy found among the targets: the first row whose target is
+// not a class id (-1 when every target is one) and that target, for the host's message.
+struct target_check {
+  std::int64_t row = -1;
+  float value = 0.0f;
+};
+
+// The shape checks of loops.hpp for tensors outside the host (only their shapes are
+// read, so the messages are the host's word for word). The host overloads in loops.hpp
+// are non-templates and win for host tensors.
+template <class Space>
+void require_features(const tensor<float, Space>& x, std::int64_t features, std::string_view kind,
+                      const std::string& owner, std::string_view param_kind,
+                      const std::source_location loc = std::source_location::current()) {
+  if (x.shape().rank == 0) [[unlikely]]
+    fail(strata::detail::cat(label(kind, owner), ": input is a scalar (rank 0), expected [..., ", features, "]"),
+         loc);
+  const auto got = x.shape()[x.shape().rank - 1];
+  if (got != features) [[unlikely]]
+    fail(strata::detail::cat(label(kind, owner), ": input has ", got, " features, ", param_kind, " expects ",
+                             features, " (input shape ", x.shape(), ")"),
+         loc);
+}
+
+template <class Space>
+void require_dy(const tensor<float, Space>& dy, const strata::shape& expected, std::string_view kind,
+                const std::string& owner, const std::source_location loc = std::source_location::current()) {
+  if (!(dy.shape() == expected)) [[unlikely]]
+    fail(strata::detail::cat(label(kind, owner), " backward: dy has shape ", dy.shape(),
+                             ", the forward output had ", expected),
+         loc);
+}
+
+}  // namespace strata::nn::detail
