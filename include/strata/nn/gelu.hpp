@@ -51,11 +51,11 @@ struct gelu {
   };
 
   template <class Ctx>
-  void forward(Ctx& ctx, const layer_tensor<Ctx>& x, layer_tensor<Ctx>& y, cache<layer_space<Ctx>>& c) const {
+  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
     nn::detail::require_distinct(&x, &y, "gelu", std::string());
     y.resize(x.shape());
     const auto n = static_cast<std::int64_t>(x.numel());
-    if constexpr (std::is_same_v<layer_space<Ctx>, host>) {
+    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
       (void)ctx;
       const float* xp = x.data();
       float* yp = y.data();
@@ -65,19 +65,19 @@ struct gelu {
       else
         nn::detail::elementwise(n, [=](std::int64_t i) { yp[i] = detail::gelu_erf::value(xp[i]); });
     } else {
-      nn::detail::device_ops_for<layer_space<Ctx>>::gelu_forward(ctx.exec(), approximate, n, x.data(), y.data());
+      nn::detail::device_ops_for<space_of<Ctx>>::gelu_forward(ctx.exec(), approximate, n, x.data(), y.data());
     }
     c.x = &x;
   }
 
   template <class Ctx>
-  void backward(Ctx& ctx, const layer_tensor<Ctx>& dy, layer_tensor<Ctx>& dx, cache<layer_space<Ctx>>& c) {
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
     nn::detail::require_forward_ran(c.x, "gelu", std::string());
     nn::detail::require_dy(dy, c.x->shape(), "gelu", std::string());
     nn::detail::require_distinct(&dy, &dx, "gelu", std::string());
     dx.resize(c.x->shape());
     const auto n = static_cast<std::int64_t>(dy.numel());
-    if constexpr (std::is_same_v<layer_space<Ctx>, host>) {
+    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
       (void)ctx;
       const float* xp = c.x->data();
       const float* g = dy.data();
@@ -87,7 +87,7 @@ struct gelu {
       else
         nn::detail::elementwise(n, [=](std::int64_t i) { dxp[i] = g[i] * detail::gelu_erf::derivative(xp[i]); });
     } else {
-      nn::detail::device_ops_for<layer_space<Ctx>>::gelu_backward(ctx.exec(), approximate, n, c.x->data(),
+      nn::detail::device_ops_for<space_of<Ctx>>::gelu_backward(ctx.exec(), approximate, n, c.x->data(),
                                                                    dy.data(), dx.data());
     }
   }

@@ -33,7 +33,7 @@ struct linear {
 
   // x [..., in] -> y [..., out]. x and y must be different tensors.
   template <class Ctx>
-  void forward(Ctx& ctx, const layer_tensor<Ctx>& x, layer_tensor<Ctx>& y, cache<layer_space<Ctx>>& c) const {
+  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
     check_params();
     const std::int64_t in = in_features(), out = out_features();
     nn::detail::require_features(x, in, "linear", weight.name, "weight");
@@ -43,7 +43,7 @@ struct linear {
     // Broadcasting b into y and letting the GEMM add onto it (beta = 1) saves a pass.
     const float beta = has_bias() ? 1.0f : 0.0f;
     using nn::detail::transpose;
-    if constexpr (std::is_same_v<layer_space<Ctx>, host>) {
+    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
       (void)ctx;
       if (has_bias()) {
         const float* b = bias.data();
@@ -53,7 +53,7 @@ struct linear {
       nn::detail::gemm(host{}, transpose::no, transpose::yes, rows, out, in, 1.0f, x.data(), in, weight.data(), in,
                        beta, y.data(), out);
     } else {
-      using ops = nn::detail::device_ops_for<layer_space<Ctx>>;
+      using ops = nn::detail::device_ops_for<space_of<Ctx>>;
       if (has_bias()) ops::broadcast_rows(ctx.exec(), rows, out, bias.data(), y.data());
       ops::gemm(ctx.exec(), transpose::no, transpose::yes, rows, out, in, 1.0f, x.data(), in, weight.data(), in,
                 beta, y.data(), out);
@@ -63,19 +63,19 @@ struct linear {
 
   // dx = dy W; weight.grad += dy^T x; bias.grad += column sums of dy.
   template <class Ctx>
-  void backward(Ctx& ctx, const layer_tensor<Ctx>& dy, layer_tensor<Ctx>& dx, cache<layer_space<Ctx>>& c) {
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
     nn::detail::require_forward_ran(c.x, "linear", weight.name);
     check_params();
     nn::detail::require_grad(weight, "linear", weight.name, "weight");
     nn::detail::require_grad(bias, "linear", weight.name, "bias");
-    const layer_tensor<Ctx>& x = *c.x;
+    const tensor_for<Ctx>& x = *c.x;
     const std::int64_t in = in_features(), out = out_features();
     nn::detail::require_dy(dy, nn::detail::with_last(x.shape(), out), "linear", weight.name);
     nn::detail::require_distinct(&dy, &dx, "linear", weight.name);
     const std::int64_t rows = nn::detail::rows_of(x.shape());
     dx.resize(x.shape());
     using nn::detail::transpose;
-    if constexpr (std::is_same_v<layer_space<Ctx>, host>) {
+    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
       (void)ctx;
       nn::detail::gemm(host{}, transpose::no, transpose::no, rows, in, out, 1.0f, dy.data(), out, weight.data(), in,
                        0.0f, dx.data(), in);
@@ -88,7 +88,7 @@ struct linear {
         });
       }
     } else {
-      using ops = nn::detail::device_ops_for<layer_space<Ctx>>;
+      using ops = nn::detail::device_ops_for<space_of<Ctx>>;
       ops::gemm(ctx.exec(), transpose::no, transpose::no, rows, in, out, 1.0f, dy.data(), out, weight.data(), in,
                 0.0f, dx.data(), in);
       ops::gemm(ctx.exec(), transpose::yes, transpose::no, out, in, rows, 1.0f, dy.data(), out, x.data(), in, 1.0f,

@@ -20,28 +20,28 @@ struct mse {
 
   // x and targets of the same shape -> y [1] = mean of (x - target)^2.
   template <targets_context Ctx>
-  void forward(Ctx& ctx, const layer_tensor<Ctx>& x, layer_tensor<Ctx>& y, cache<layer_space<Ctx>>& c) const {
-    if constexpr (std::is_same_v<layer_space<Ctx>, host>) {
+  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
+    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
       loss(x, ctx.targets(), y, c);
     } else {
-      const layer_tensor<Ctx>& targets = ctx.targets();
+      const tensor_for<Ctx>& targets = ctx.targets();
       check_inputs(x, targets, y);
       c.diff.resize(x.shape());
       y.resize(nn::detail::vector_shape(1));
-      nn::detail::device_ops_for<layer_space<Ctx>>::mse_forward(ctx.exec(), static_cast<std::int64_t>(x.numel()),
+      nn::detail::device_ops_for<space_of<Ctx>>::mse_forward(ctx.exec(), static_cast<std::int64_t>(x.numel()),
                                                                 x.data(), targets.data(), c.diff.data(), y.data());
     }
   }
 
   // dx = dy[0] * 2 (x - target) / numel.
   template <class Ctx>
-  void backward(Ctx& ctx, const layer_tensor<Ctx>& dy, layer_tensor<Ctx>& dx, cache<layer_space<Ctx>>& c) {
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
     nn::detail::require_forward_ran(c.diff.shape().rank != 0 ? &c.diff : nullptr, "mse", std::string());
     nn::detail::require_dy(dy, nn::detail::vector_shape(1), "mse", std::string());
     nn::detail::require_distinct(&dy, &dx, "mse", std::string());
     dx.resize(c.diff.shape());
     const auto n = static_cast<std::int64_t>(c.diff.numel());
-    if constexpr (std::is_same_v<layer_space<Ctx>, host>) {
+    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
       (void)ctx;
       const float scale = n ? 2.0f * dy[0] / static_cast<float>(n) : 0.0f;
       const float* d = c.diff.data();
@@ -49,7 +49,7 @@ struct mse {
       nn::detail::elementwise(n, [=](std::int64_t i) { dxp[i] = scale * d[i]; });
     } else {
       // dy[0] is read by the kernel: the loss scale stays on the device.
-      nn::detail::device_ops_for<layer_space<Ctx>>::mse_backward(ctx.exec(), n, c.diff.data(), dy.data(),
+      nn::detail::device_ops_for<space_of<Ctx>>::mse_backward(ctx.exec(), n, c.diff.data(), dy.data(),
                                                                  dx.data());
     }
   }

@@ -31,12 +31,12 @@ struct softmax_cross_entropy {
   // logits [..., C] and targets of the leading shape ([B] for [B, C], [B, S] for
   // [B, S, C]) holding class ids in [0, C) -> y [1] = mean loss over rows.
   template <targets_context Ctx>
-  void forward(Ctx& ctx, const layer_tensor<Ctx>& logits, layer_tensor<Ctx>& y,
-               cache<layer_space<Ctx>>& c) const {
-    if constexpr (std::is_same_v<layer_space<Ctx>, host>) {
+  void forward(Ctx& ctx, const tensor_for<Ctx>& logits, tensor_for<Ctx>& y,
+               cache<space_of<Ctx>>& c) const {
+    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
       loss(logits, ctx.targets(), y, c);
     } else {
-      const layer_tensor<Ctx>& targets = ctx.targets();
+      const tensor_for<Ctx>& targets = ctx.targets();
       const auto [rows, classes] = check_inputs(logits, targets, y);
       c.row_max.resize(nn::detail::vector_shape(rows));
       c.log_sum.resize(nn::detail::vector_shape(rows));
@@ -44,7 +44,7 @@ struct softmax_cross_entropy {
       c.row_loss.resize(nn::detail::vector_shape(rows));
       c.bad_row.resize(nn::detail::vector_shape(1));
       y.resize(nn::detail::vector_shape(1));
-      const nn::detail::target_check bad = nn::detail::device_ops_for<layer_space<Ctx>>::cross_entropy_forward(
+      const nn::detail::target_check bad = nn::detail::device_ops_for<space_of<Ctx>>::cross_entropy_forward(
           ctx.exec(), rows, classes, logits.data(), targets.data(), c.row_max.data(), c.log_sum.data(),
           c.target.data(), c.row_loss.data(), c.bad_row.data(), y.data());
       if (bad.row >= 0) [[unlikely]]
@@ -55,14 +55,14 @@ struct softmax_cross_entropy {
 
   // dx = dy[0] * (softmax(logits) - onehot(target)) / rows.
   template <class Ctx>
-  void backward(Ctx& ctx, const layer_tensor<Ctx>& dy, layer_tensor<Ctx>& dx, cache<layer_space<Ctx>>& c) {
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
     nn::detail::require_forward_ran(c.logits, "softmax_cross_entropy", std::string());
     nn::detail::require_dy(dy, nn::detail::vector_shape(1), "softmax_cross_entropy", std::string());
     nn::detail::require_distinct(&dy, &dx, "softmax_cross_entropy", std::string());
-    const layer_tensor<Ctx>& x = *c.logits;
+    const tensor_for<Ctx>& x = *c.logits;
     const std::int64_t classes = x.shape()[x.shape().rank - 1], rows = nn::detail::rows_of(x.shape());
     dx.resize(x.shape());
-    if constexpr (std::is_same_v<layer_space<Ctx>, host>) {
+    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
       (void)ctx;
       const float scale = rows ? dy[0] / static_cast<float>(rows) : 0.0f;
       const float *xp = x.data(), *mp = c.row_max.data(), *lp = c.log_sum.data(), *tp = c.target.data();
@@ -77,7 +77,7 @@ struct softmax_cross_entropy {
       });
     } else {
       // dy[0] is read by the kernel: the loss scale stays on the device.
-      nn::detail::device_ops_for<layer_space<Ctx>>::cross_entropy_backward(
+      nn::detail::device_ops_for<space_of<Ctx>>::cross_entropy_backward(
           ctx.exec(), rows, classes, x.data(), c.row_max.data(), c.log_sum.data(), c.target.data(), dy.data(),
           dx.data());
     }

@@ -47,11 +47,24 @@ class tensor {
   strata::shape shape_;
 };
 
-// The space a context computes in, and the activation tensor of that space: layers that
-// run in more than one space write `const tensor_for<Ctx>& x`.
+namespace detail {
 template <class Ctx>
-using space_of = typename Ctx::space_type;
+struct context_space {
+  using type = host;
+};
 template <class Ctx>
-using tensor_for = tensor<float, typename Ctx::space_type>;
+  requires requires { typename Ctx::space_type; }
+struct context_space<Ctx> {
+  using type = typename Ctx::space_type;
+};
+}  // namespace detail
+
+// The space a context computes in (its space_type; host for a minimal context without
+// one, such as a test's that only hands out targets), and the activation tensor of that
+// space: layers that run in more than one space take `const tensor_for<Ctx>& x`.
+template <class Ctx>
+using space_of = typename detail::context_space<Ctx>::type;
+template <class Ctx>
+using tensor_for = tensor<float, space_of<Ctx>>;
 
 }  // namespace strata

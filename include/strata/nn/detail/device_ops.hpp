@@ -1,5 +1,5 @@
 // What the nn/ layers need outside the host: the device_ops hook through which a layer
-// reaches a space's kernels, and the shape checks for tensors of any space.
+// reaches a space's kernels.
 #pragma once
 #include <cstdint>
 #include <source_location>
@@ -41,31 +41,5 @@ struct target_check {
   std::int64_t row = -1;
   float value = 0.0f;
 };
-
-// The shape checks of loops.hpp for tensors outside the host (only their shapes are
-// read, so the messages are the host's word for word). The host overloads in loops.hpp
-// are non-templates and win for host tensors.
-template <class Space>
-void require_features(const tensor<float, Space>& x, std::int64_t features, std::string_view kind,
-                      const std::string& owner, std::string_view param_kind,
-                      const std::source_location loc = std::source_location::current()) {
-  if (x.shape().rank == 0) [[unlikely]]
-    fail(strata::detail::cat(label(kind, owner), ": input is a scalar (rank 0), expected [..., ", features, "]"),
-         loc);
-  const auto got = x.shape()[x.shape().rank - 1];
-  if (got != features) [[unlikely]]
-    fail(strata::detail::cat(label(kind, owner), ": input has ", got, " features, ", param_kind, " expects ",
-                             features, " (input shape ", x.shape(), ")"),
-         loc);
-}
-
-template <class Space>
-void require_dy(const tensor<float, Space>& dy, const strata::shape& expected, std::string_view kind,
-                const std::string& owner, const std::source_location loc = std::source_location::current()) {
-  if (!(dy.shape() == expected)) [[unlikely]]
-    fail(strata::detail::cat(label(kind, owner), " backward: dy has shape ", dy.shape(),
-                             ", the forward output had ", expected),
-         loc);
-}
 
 }  // namespace strata::nn::detail

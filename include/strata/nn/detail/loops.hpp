@@ -105,7 +105,8 @@ void require_grad(const P& p, std::string_view kind, const std::string& owner, s
     fail(strata::detail::cat(label(kind, owner), ": ", what, " has no gradient storage bound"), loc);
 }
 
-inline void require_features(const tensor<float>& x, std::int64_t features, std::string_view kind,
+template <class Space>
+void require_features(const tensor<float, Space>& x, std::int64_t features, std::string_view kind,
                              const std::string& owner, std::string_view param_kind,
                              const std::source_location loc = std::source_location::current()) {
   if (x.shape().rank == 0) [[unlikely]]
@@ -125,7 +126,8 @@ inline void require_distinct(const void* in, const void* out, std::string_view k
          loc);
 }
 
-inline void require_dy(const tensor<float>& dy, const strata::shape& expected, std::string_view kind,
+template <class Space>
+void require_dy(const tensor<float, Space>& dy, const strata::shape& expected, std::string_view kind,
                        const std::string& owner, const std::source_location loc = std::source_location::current()) {
   if (!(dy.shape() == expected)) [[unlikely]]
     fail(strata::detail::cat(label(kind, owner), " backward: dy has shape ", dy.shape(),
