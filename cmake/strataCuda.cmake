@@ -22,6 +22,13 @@ target_compile_options(strata_cuda INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:--expt-r
 # drivers and must give the same bits on both (DESIGN §6). The updates are memory-bound,
 # so the FMAs saved cost nothing measurable.
 target_compile_options(strata_cuda INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:--fmad=false>)
+# The host half of the same promise: an offloaded optimizer state is stepped by the host
+# copy of the functor, which GCC and Clang would contract into FMAs wherever the target
+# has them (-march=native, say). Off in both kinds of translation unit.
+if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+  target_compile_options(strata_cuda INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-ffp-contract=off>
+                                               $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-ffp-contract=off>)
+endif()
 # OpenMP::OpenMP_CXX adds -fopenmp to C++ compiles only ($<COMPILE_LANGUAGE:CXX>), so the
 # host half of a .cu file would build the host drivers without their threads; hand the
 # flag to nvcc's host compiler too, so both kinds of translation unit agree.

@@ -3,7 +3,14 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "detail/cuda_check.hpp"
 
@@ -108,5 +115,64 @@ inline void cuda_stream::wait(const cuda_event& e) const { STRATA_CHECK_CUDA(cud
 
 // Makes `s` (nullptr: the legacy default stream) wait for `e` without blocking the host.
 inline void stream_wait(cudaStream_t s, const cuda_event& e) { STRATA_CHECK_CUDA(cudaStreamWaitEvent(s, e.get(), 0)); }
+
+namespace detail {
+
+// What may keep a stream from finishing that the stream cannot tell: a collective whose
+// peer failed or never came. Each NCCL communicator registers a check here while it
+// lives; the check throws (after aborting its communicator, which releases the kernels
+// stuck on it) when NCCL reports an error, or when it still has work pending after
+// `waited` exceeds its time-out.
+class stream_watch {
+ public:
+  using check = std::function<void(std::chrono::duration<double> waited)>;
+  static stream_watch& get() {
+    static stream_watch w;
+    return w;
+  }
+  std::uint64_t add(check c) {
+    std::lock_guard lock(m_);
+    checks_.emplace_back(++next_, std::move(c));
+    return next_;
+  }
+  void remove(std::uint64_t id) {
+    std::lock_guard lock(m_);
+    std::erase_if(checks_, [id](const auto& e) { return e.first == id; });
+  }
+  void run(std::chrono::duration<double> waited) {
+    std::vector<check> now;
+    {
+      std::lock_guard lock(m_);
+      for (auto& e : checks_) now.push_back(e.second);
+    }
+    for (auto& c : now) c(waited);
+  }
+
+ private:
+  std::mutex m_;
+  std::vector<std::pair<std::uint64_t, check>> checks_;
+  std::uint64_t next_ = 0;
+};
+
+}  // namespace detail
+
+// Blocks the host until the work queued on `s` has finished. Unlike cudaStreamSynchronize
+// it cannot hang on a failed peer: while waiting it polls the live NCCL communicators,
+// which throw a comm_error naming themselves on an error or past their time-out.
+inline void wait_stream(cudaStream_t s) {
+  const auto start = std::chrono::steady_clock::now();
+  auto pause = std::chrono::microseconds(0);
+  for (;;) {
+    const cudaError_t e = cudaStreamQuery(s);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) STRATA_CHECK_CUDA(e);
+    detail::stream_watch::get().run(std::chrono::steady_clock::now() - start);
+    // Spin briefly (most waits are short), then back off to at most a millisecond.
+    if (pause.count() == 0) std::this_thread::yield();
+    else std::this_thread::sleep_for(pause);
+    if (std::chrono::steady_clock::now() - start > std::chrono::microseconds(200))
+      pause = pause.count() == 0 ? std::chrono::microseconds(2) : std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+}
 
 }  // namespace strata

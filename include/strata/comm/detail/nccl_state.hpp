@@ -29,14 +29,29 @@ class nccl_state final : public request_source {
         guard_(device), stream_(), ready_(), word_(1) {
     STRATA_CHECK_NCCL(ncclCommUserRank(comm_, &rank_));
     STRATA_CHECK_NCCL(ncclCommCount(comm_, &size_));
+    // A host blocked on a stream that waits for this communicator learns of its failure.
+    watch_ = stream_watch::get().add([this](std::chrono::duration<double> waited) {
+      if (comm_aborted_) return;
+      check_async("a queued operation");
+      if (last_ != 0 && !ring_[last_ % ring].done.done() && waited > timeout_) abort_after_timeout(ring_[last_ % ring].op);
+    });
   }
   nccl_state(const nccl_state&) = delete;
   nccl_state& operator=(const nccl_state&) = delete;
 
   ~nccl_state() {
+    stream_watch::get().remove(watch_);
     if (comm_aborted_) return;
     device_guard g(device_);
-    if (!failed_) failed_ = cudaStreamSynchronize(stream_.get()) != cudaSuccess;
+    // Waits with the time-out: a peer that died must not hang this one's exit.
+    if (!failed_) {
+      try {
+        synchronize();
+      } catch (...) {
+        failed_ = true;
+      }
+    }
+    if (comm_aborted_) return;
     // A communicator that failed cannot be destroyed cleanly: abort it.
     if (failed_) (void)ncclCommAbort(comm_);
     else (void)ncclCommDestroy(comm_);
@@ -95,15 +110,7 @@ class nccl_state final : public request_source {
     auto pause = std::chrono::microseconds(1);
     while (!s.done.done()) {
       check_async(s.op);
-      if (std::chrono::steady_clock::now() - start > timeout_) {
-        failed_ = true;
-        (void)ncclCommAbort(comm_);
-        comm_aborted_ = true;
-        throw comm_error(cat("nccl communicator ", name_, ", rank ", rank_, " of ", size_, ": ", s.op,
-                             " did not finish within ", timeout_.count(),
-                             " s; the communicator was aborted. A peer rank probably failed or never called it "
-                             "(STRATA_COMM_TIMEOUT sets the time-out)"));
-      }
+      if (std::chrono::steady_clock::now() - start > timeout_) abort_after_timeout(s.op);
       std::this_thread::sleep_for(pause);
       if (pause < std::chrono::microseconds(1000)) pause *= 2;
     }
@@ -131,6 +138,16 @@ class nccl_state final : public request_source {
   }
 
  private:
+  [[noreturn]] void abort_after_timeout(const char* op) {
+    failed_ = true;
+    (void)ncclCommAbort(comm_);
+    comm_aborted_ = true;
+    throw comm_error(cat("nccl communicator ", name_, ", rank ", rank_, " of ", size_, ": ", op, " did not finish within ",
+                         timeout_.count(),
+                         " s; the communicator was aborted. A peer rank probably failed or never called it "
+                         "(STRATA_COMM_TIMEOUT sets the time-out)"));
+  }
+
   struct slot {
     cuda_event done;
     std::uint64_t ticket = 0;
@@ -153,6 +170,7 @@ class nccl_state final : public request_source {
   int rank_ = 0, size_ = 1;
   std::uint64_t last_ = 0;
   bool failed_ = false, comm_aborted_ = false;
+  std::uint64_t watch_ = 0;
 };
 
 }  // namespace strata::detail

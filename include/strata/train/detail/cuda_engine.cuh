@@ -64,7 +64,10 @@ class engine<cuda> {
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
   ~engine() {
-    (void)cudaStreamSynchronize(stream_.get());
+    try {
+      synchronize();
+    } catch (...) {  // a failed peer: its communicator was aborted; nothing is left to wait for
+    }
     (void)cublasDestroy(blas_);
   }
 
@@ -82,7 +85,9 @@ class engine<cuda> {
     o.name = name;
     return nccl_comm(host, o);
   }
-  void synchronize() { stream_.synchronize(); }
+  // The host waits with an eye on the NCCL communicators: a failed peer is an error
+  // (after their time-out at worst), never a hang.
+  void synchronize() { wait_stream(stream_.get()); }
 
   void fill(float* p, std::size_t n, float v) { kernels::run_cuda(n, engine_ops::fill{p, v}, stream()); }
   void copy(float* dst, const float* src, std::size_t n) {

@@ -25,7 +25,7 @@ struct device_side {
 
   // Makes the engine for buffers of up to `largest` elements, and the communicators: on
   // the host the grid's own; on a GPU, NCCL communicators over the same processes
-  // (collective over data and, with tensor parallelism, tensor). The context gets the
+  // (collective over data, then tensor). The context gets the
   // engine's executor and the tensor-parallel communicator.
   template <class HostComm, class Ctx>
   void start(std::size_t largest, HostComm& data, HostComm& tensor, Ctx& ctx) {
@@ -36,10 +36,9 @@ struct device_side {
     } else {
       dp_own.emplace(eng->make_comm(data, "data"));
       dp = &*dp_own;
-      if (tensor.size() > 1) {
-        tp_own.emplace(eng->make_comm(tensor, "tensor"));
-        ctx.set_tp(&*tp_own);
-      }
+      // Also at tp = 1, so that a layer sees a (size-1) tensor group in both spaces.
+      tp_own.emplace(eng->make_comm(tensor, "tensor"));
+      ctx.set_tp(&*tp_own);
     }
     ctx.set_exec(eng->exec());
   }
