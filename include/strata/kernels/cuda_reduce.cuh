@@ -89,7 +89,7 @@ class cuda_reducer {
     result* dev() { return d.data(); }
     result fetch(cudaStream_t stream) {
       cuda::copy_async(h.data(), d.data(), sizeof(result), stream);
-      STRATA_CHECK_CUDA(cudaStreamSynchronize(stream));
+      wait_stream(stream);
       return h[0];
     }
   };

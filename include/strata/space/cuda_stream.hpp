@@ -17,6 +17,7 @@
 namespace strata {
 
 class cuda_event;
+inline void wait_stream(cudaStream_t s);
 
 // A stream created on the current device. Non-blocking by default: work on it is not
 // implicitly ordered with the legacy default stream, so ordering is always explicit
@@ -43,7 +44,8 @@ class cuda_stream {
 
   cudaStream_t get() const noexcept { return s_; }
   // Blocks the host until all work queued so far has finished.
-  void synchronize() const { STRATA_CHECK_CUDA(cudaStreamSynchronize(s_)); }
+  // (Through wait_stream: a stream stuck on a failed peer's collective is an error.)
+  inline void synchronize() const;
   // True when all work queued so far has finished.
   bool done() const {
     const cudaError_t e = cudaStreamQuery(s_);
@@ -111,6 +113,7 @@ class cuda_event {
   cudaEvent_t e_ = nullptr;
 };
 
+inline void cuda_stream::synchronize() const { wait_stream(s_); }
 inline void cuda_stream::wait(const cuda_event& e) const { STRATA_CHECK_CUDA(cudaStreamWaitEvent(s_, e.get(), 0)); }
 
 // Makes `s` (nullptr: the legacy default stream) wait for `e` without blocking the host.
