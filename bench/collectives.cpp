@@ -60,11 +60,7 @@ const char* name_of(op o) {
 // nccl-tests' bus bandwidth factors: what each rank's link carries relative to the size.
 double bus_factor(op o, int n) { return o == op::all_reduce ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n; }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
+using strata_bench::median;
 
 int run_host(int argc, char** argv) {
   strata::environment env(argc, argv);

@@ -49,29 +49,19 @@ struct options {
 
 options parse(int argc, char** argv) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    if (a == "--help" || a == "-h") usage("help");
-    if (i + 1 >= argc) usage(std::string(a) + " needs a value");
-    char* end = nullptr;
-    const unsigned long long v = std::strtoull(argv[++i], &end, 10);
-    if (*end) usage(std::string(a) + " wants a non-negative integer");
-    if (a == "--min-bytes") o.min_bytes = v;
-    else if (a == "--max-bytes") o.max_bytes = v;
-    else if (a == "--iters") o.iters = static_cast<int>(v);
-    else if (a == "--warmup") o.warmup = static_cast<int>(v);
-    else usage("unknown option " + std::string(a));
-  }
+  using strata_bench::int_option;
+  strata_bench::parse_int_options(argc, argv,
+                                  {int_option{"--min-bytes", [&](auto v) { o.min_bytes = v; }},
+                                   int_option{"--max-bytes", [&](auto v) { o.max_bytes = v; }},
+                                   int_option{"--iters", [&](auto v) { o.iters = static_cast<int>(v); }},
+                                   int_option{"--warmup", [&](auto v) { o.warmup = static_cast<int>(v); }}},
+                                  usage);
   if (o.min_bytes < 4 || o.max_bytes < o.min_bytes || o.iters < 1 || o.warmup < 0)
     usage("need 4 <= min-bytes <= max-bytes, iters >= 1, warmup >= 0");
   return o;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
+using strata_bench::median;
 
 enum class op { all_reduce, reduce_scatter, all_gather, broadcast };
 const char* name_of(op o) {

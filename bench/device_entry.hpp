@@ -6,8 +6,13 @@
 #pragma once
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
+#include <functional>
+#include <initializer_list>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #ifndef STRATA_BENCH_HAS_CUDA
 #define STRATA_BENCH_HAS_CUDA 0
@@ -62,6 +67,34 @@ inline device_kind take_device(const char* prog, int& argc, char** argv) {
 [[noreturn]] inline void exit_no_cuda(const char* prog) {
   std::fprintf(stderr, "%s: --device cuda: %s\n", prog, no_cuda_text);
   std::exit(2);
+}
+
+// One `--name N` option of a benchmark (N a non-negative integer), and the loop that
+// reads them: --help, a missing or bad value, or an unknown name calls usage (which exits).
+struct int_option {
+  std::string_view name;
+  std::function<void(unsigned long long)> set;
+};
+inline void parse_int_options(int argc, char** argv, std::initializer_list<int_option> opts,
+                              void (*usage)(const std::string&)) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--help" || a == "-h") usage("help");
+    if (i + 1 >= argc) usage(std::string(a) + " needs a value");
+    char* end = nullptr;
+    const char* text = argv[++i];
+    const unsigned long long v = std::strtoull(text, &end, 10);
+    if (*end || *text == '-' || *text == '\0') usage(std::string(a) + " wants a non-negative integer");
+    const auto o = std::find_if(opts.begin(), opts.end(), [&](const int_option& x) { return x.name == a; });
+    if (o == opts.end()) usage("unknown option " + std::string(a));
+    o->set(v);
+  }
+}
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
 }  // namespace strata_bench

@@ -41,28 +41,19 @@ struct options {
 
 options parse(int argc, char** argv) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    if (a == "--help" || a == "-h") usage("help");
-    if (i + 1 >= argc) usage(std::string(a) + " needs a value");
-    char* end = nullptr;
-    const long v = std::strtol(argv[++i], &end, 10);
-    if (*end || v < 0 || v > 1'000'000) usage(std::string(a) + " wants a non-negative integer");
-    if (a == "--min-log2") o.min_log2 = static_cast<int>(v);
-    else if (a == "--max-log2") o.max_log2 = static_cast<int>(v);
-    else if (a == "--iters") o.iters = static_cast<int>(v);
-    else if (a == "--warmup") o.warmup = static_cast<int>(v);
-    else usage("unknown option " + std::string(a));
-  }
+  using strata_bench::int_option;
+  const auto as_int = [](unsigned long long v) { return static_cast<int>(std::min<unsigned long long>(v, 1'000'000)); };
+  strata_bench::parse_int_options(argc, argv,
+                                  {int_option{"--min-log2", [&](auto v) { o.min_log2 = as_int(v); }},
+                                   int_option{"--max-log2", [&](auto v) { o.max_log2 = as_int(v); }},
+                                   int_option{"--iters", [&](auto v) { o.iters = as_int(v); }},
+                                   int_option{"--warmup", [&](auto v) { o.warmup = as_int(v); }}},
+                                  usage);
   if (o.min_log2 > o.max_log2 || o.max_log2 > 31 || o.iters < 1) usage("need min-log2 <= max-log2 <= 31, iters >= 1");
   return o;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
+using strata_bench::median;
 
 // Deterministic, well-scaled values (a hash of the index), written on the device.
 template <class T>
