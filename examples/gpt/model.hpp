@@ -5,14 +5,23 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <strata/model/concepts.hpp>
 #include <strata/nn/attention.hpp>
+#include <strata/nn/detail/device_ops.hpp>
 #include <strata/nn/gelu.hpp>
 #include <strata/nn/layer_norm.hpp>
 #include <strata/nn/position_embedding.hpp>
 #include <strata/parallel/tensor_parallel.hpp>
 #include <strata/train/batch.hpp>
 #include <strata/train/init.hpp>
+#include <type_traits>
 #include <vector>
+
+// gelu holds no params, so the reflection has nothing to find inside it; it is declared
+// opaque because Boost.PFR 1.81 cannot count the fields of a one-field aggregate (gelu's
+// is its approximation) under nvcc 13, and run_cuda.cu reflects this model there.
+template <>
+struct strata::opaque_field<strata::nn::gelu> : std::true_type {};
 
 namespace gpt {
 
@@ -21,11 +30,17 @@ struct config {
 };
 
 namespace detail {
-// a += b, elementwise over equal shapes: the residual connections.
-inline void add_into(strata::tensor<float>& a, const strata::tensor<float>& b) {
+// a += b, elementwise over equal shapes: the residual connections, in the context's space.
+template <class Ctx>
+void add_into(Ctx& ctx, strata::tensor_for<Ctx>& a, const strata::tensor_for<Ctx>& b) {
   float* ap = a.data();
   const float* bp = b.data();
-  strata::nn::detail::elementwise(static_cast<std::int64_t>(a.numel()), [=](std::int64_t i) { ap[i] += bp[i]; });
+  const auto n = static_cast<std::int64_t>(a.numel());
+  if constexpr (std::is_same_v<strata::space_of<Ctx>, strata::host>) {
+    strata::nn::detail::elementwise(n, [=](std::int64_t i) { ap[i] += bp[i]; });
+  } else {
+    strata::nn::detail::device_ops_for<strata::space_of<Ctx>>::add_into(ctx.exec(), n, ap, bp);
+  }
 }
 }  // namespace detail
 
@@ -35,18 +50,22 @@ struct embedding_layer {
   strata::parallel::vocab_parallel_embedding token;
   strata::nn::position_embedding position;
 
+  // One cache per space, so the layer runs wherever its parts run (host or CUDA).
+  template <class Space>
   struct cache {
-    strata::parallel::vocab_parallel_embedding::cache token;
-    strata::nn::position_embedding::cache position;
-    strata::tensor<float> tok, dtok;
+    strata::parallel::vocab_parallel_embedding::cache<Space> token;
+    strata::nn::position_embedding::cache<Space> position;
+    strata::tensor<float, Space> tok, dtok;
   };
   template <class Ctx>
-  void forward(Ctx& ctx, const strata::tensor<float>& ids, strata::tensor<float>& y, cache& c) const {
+  void forward(Ctx& ctx, const strata::tensor_for<Ctx>& ids, strata::tensor_for<Ctx>& y,
+               cache<strata::space_of<Ctx>>& c) const {
     token.forward(ctx, ids, c.tok, c.token);
     position.forward(ctx, c.tok, y, c.position);
   }
   template <class Ctx>
-  void backward(Ctx& ctx, const strata::tensor<float>& dy, strata::tensor<float>& dx, cache& c) {
+  void backward(Ctx& ctx, const strata::tensor_for<Ctx>& dy, strata::tensor_for<Ctx>& dx,
+                cache<strata::space_of<Ctx>>& c) {
     position.backward(ctx, dy, c.dtok, c.position);
     token.backward(ctx, c.dtok, dx, c.token);
   }
@@ -62,36 +81,39 @@ struct block {
   strata::nn::gelu act;
   strata::parallel::row_parallel_linear fc2;  // [D, 4D/T]
 
+  template <class Space>
   struct cache {
-    strata::nn::layer_norm::cache ln1, ln2;
-    strata::nn::causal_self_attention::cache attn;
-    strata::parallel::column_parallel_linear::cache fc1;
-    strata::nn::gelu::cache<> act;
-    strata::parallel::row_parallel_linear::cache fc2;
-    strata::tensor<float> h1, x1, h2, u, g;       // forward intermediates
-    strata::tensor<float> dg, du, dh2, dx1, dh1;  // their gradients
+    strata::nn::layer_norm::cache<Space> ln1, ln2;
+    strata::nn::causal_self_attention::cache<Space> attn;
+    strata::parallel::column_parallel_linear::cache<Space> fc1;
+    strata::nn::gelu::cache<Space> act;
+    strata::parallel::row_parallel_linear::cache<Space> fc2;
+    strata::tensor<float, Space> h1, x1, h2, u, g;       // forward intermediates
+    strata::tensor<float, Space> dg, du, dh2, dx1, dh1;  // their gradients
   };
   template <class Ctx>
-  void forward(Ctx& ctx, const strata::tensor<float>& x, strata::tensor<float>& y, cache& c) const {
+  void forward(Ctx& ctx, const strata::tensor_for<Ctx>& x, strata::tensor_for<Ctx>& y,
+               cache<strata::space_of<Ctx>>& c) const {
     ln1.forward(ctx, x, c.h1, c.ln1);
     attn.forward(ctx, c.h1, c.x1, c.attn);
-    detail::add_into(c.x1, x);
+    detail::add_into(ctx, c.x1, x);
     ln2.forward(ctx, c.x1, c.h2, c.ln2);
     fc1.forward(ctx, c.h2, c.u, c.fc1);
     act.forward(ctx, c.u, c.g, c.act);
     fc2.forward(ctx, c.g, y, c.fc2);
-    detail::add_into(y, c.x1);
+    detail::add_into(ctx, y, c.x1);
   }
   template <class Ctx>
-  void backward(Ctx& ctx, const strata::tensor<float>& dy, strata::tensor<float>& dx, cache& c) {
+  void backward(Ctx& ctx, const strata::tensor_for<Ctx>& dy, strata::tensor_for<Ctx>& dx,
+                cache<strata::space_of<Ctx>>& c) {
     fc2.backward(ctx, dy, c.dg, c.fc2);
     act.backward(ctx, c.dg, c.du, c.act);
     fc1.backward(ctx, c.du, c.dh2, c.fc1);
     ln2.backward(ctx, c.dh2, c.dx1, c.ln2);
-    detail::add_into(c.dx1, dy);
+    detail::add_into(ctx, c.dx1, dy);
     attn.backward(ctx, c.dx1, c.dh1, c.attn);
     ln1.backward(ctx, c.dh1, dx, c.ln1);
-    detail::add_into(dx, c.dx1);
+    detail::add_into(ctx, dx, c.dx1);
   }
 };
 

@@ -4,18 +4,25 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "../model/param.hpp"
 #include "../space/tensor.hpp"
+#include "detail/device_ops.hpp"
 #include "detail/loops.hpp"
 
 namespace strata::nn {
 
 struct embedding {
   param<float> weight;  // [vocab, dim]
+  [[no_unique_address]] nn::detail::reflection_pad pad{};  // no storage: lets nvcc reflect the layer
 
+  template <class Space = host>
   struct cache {
-    const tensor<float>* ids = nullptr;  // the input, kept alive by the trainer until backward
+    const tensor<float, Space>* ids = nullptr;  // the input, kept alive by the trainer until backward
+    // Outside the host only: [1], the first position whose id is not a token id, found by
+    // a kernel (the ids are not readable here) and read back after the forward.
+    tensor<unsigned long long, Space> bad_id;
   };
 
   std::int64_t vocab() const noexcept { return weight.shape[0]; }
@@ -24,7 +31,7 @@ struct embedding {
   // ids [B] or [B, S] (any rank up to 3), whole numbers in [0, vocab) -> y [..., dim].
   // An id out of range or not a whole number is a strata::error naming it and where.
   template <class Ctx>
-  void forward(Ctx&, const tensor<float>& ids, tensor<float>& y, cache& c) const {
+  void forward(Ctx& ctx, const tensor_for<Ctx>& ids, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
     check_params();
     nn::detail::require_distinct(&ids, &y, "embedding", weight.name);
     const auto& s = ids.shape();
@@ -33,35 +40,59 @@ struct embedding {
                                            "; expected rank 1 to 3 ([B] or [B, S])"),
                        std::source_location::current());
     const std::int64_t n = static_cast<std::int64_t>(ids.numel()), d = dim();
-    const float* ip = ids.data();
-    check_ids(ip, n);
     shape out = s;
     out[out.rank++] = d;
-    y.resize(out);
-    const float* w = weight.data();
-    float* yp = y.data();
-    nn::detail::for_rows(n, d, [&](std::int64_t t) {
-      std::memcpy(yp + t * d, w + static_cast<std::int64_t>(ip[t]) * d, d * sizeof(float));
-    });
+    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
+      (void)ctx;
+      const float* ip = ids.data();
+      check_ids(ip, n);
+      y.resize(out);
+      const float* w = weight.data();
+      float* yp = y.data();
+      nn::detail::for_rows(n, d, [&](std::int64_t t) {
+        std::memcpy(yp + t * d, w + static_cast<std::int64_t>(ip[t]) * d, d * sizeof(float));
+      });
+    } else {
+      y.resize(out);
+      c.bad_id.resize(nn::detail::vector_shape(1));
+      // The ids are checked where they are, and the stream waited for, before this returns.
+      const nn::detail::target_check bad = nn::detail::device_ops_for<space_of<Ctx>>::embedding_forward(
+          ctx.exec(), n, d, vocab(), 0, vocab(), ids.data(), weight.data(), y.data(), c.bad_id.data());
+      if (bad.row >= 0) [[unlikely]]
+        fail_id(bad.value, bad.row);
+    }
     c.ids = &ids;
   }
 
   // weight.grad[id] += dy row for each token. dx is the gradient for the ids, which are
   // not differentiable: it is written as zeros of the ids' shape.
   template <class Ctx>
-  void backward(Ctx&, const tensor<float>& dy, tensor<float>& dx, cache& c) {
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
     nn::detail::require_forward_ran(c.ids, "embedding", weight.name);
     check_params();
     nn::detail::require_grad(weight, "embedding", weight.name, "weight");
-    const tensor<float>& ids = *c.ids;
+    const tensor_for<Ctx>& ids = *c.ids;
     shape out = ids.shape();
     out[out.rank++] = dim();
     nn::detail::require_dy(dy, out, "embedding", weight.name);
     nn::detail::require_distinct(&dy, &dx, "embedding", weight.name);
-    dx.zeros(ids.shape());
     const std::int64_t n = static_cast<std::int64_t>(ids.numel()), d = dim();
-    const float* ip = ids.data();
-    const float* g = dy.data();
+    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
+      (void)ctx;
+      dx.zeros(ids.shape());
+      scatter_add(n, ids.data(), dy.data());
+    } else {
+      using ops = nn::detail::device_ops_for<space_of<Ctx>>;
+      dx.resize(ids.shape());
+      ops::fill_zero(ctx.exec(), dx.data(), n);
+      ops::embedding_backward(ctx.exec(), n, d, 0, vocab(), ids.data(), dy.data(), weight.grad());
+    }
+  }
+
+ private:
+  // The host's scatter-add, outside the templates.
+  void scatter_add(std::int64_t n, const float* ip, const float* g) {
+    const std::int64_t d = dim();
     float* gw = weight.grad();
     // Repeated ids add into the same row, so threads split the columns, not the tokens:
     // every element is summed in token order whatever the thread count.
@@ -79,7 +110,6 @@ struct embedding {
     }
   }
 
- private:
   void check_params() const {
     if (weight.shape.rank != 2) [[unlikely]]
       nn::detail::fail(strata::detail::cat(nn::detail::label("embedding", weight.name), ": weight has shape ",
@@ -94,11 +124,14 @@ struct embedding {
     for (std::int64_t t = 0; t < n; ++t) {
       const float id = ip[t];
       if (!(id >= 0.0f && id < v && id == std::floor(id))) [[unlikely]]
-        nn::detail::fail<error>(strata::detail::cat(nn::detail::label("embedding", weight.name), ": token id ", id,
-                                                    " at position ", t, " is out of range for vocab ", vocab(),
-                                                    " (ids must be whole numbers in [0, ", vocab(), "))"),
-                                std::source_location::current());
+        fail_id(id, t);
     }
+  }
+  [[noreturn]] void fail_id(float id, std::int64_t t) const {
+    nn::detail::fail<error>(strata::detail::cat(nn::detail::label("embedding", weight.name), ": token id ", id,
+                                                " at position ", t, " is out of range for vocab ", vocab(),
+                                                " (ids must be whole numbers in [0, ", vocab(), "))"),
+                            std::source_location::current());
   }
 };
 

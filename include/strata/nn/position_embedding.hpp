@@ -2,18 +2,22 @@
 // activations (GPT-2's wpe), for S up to the table's length. Replicated under tensor parallelism.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "../model/param.hpp"
 #include "../space/tensor.hpp"
+#include "detail/device_ops.hpp"
 #include "detail/loops.hpp"
 
 namespace strata::nn {
 
 struct position_embedding {
   param<float> weight;  // [max_seq, dim]
+  [[no_unique_address]] nn::detail::reflection_pad pad{};  // no storage: lets nvcc reflect the layer
 
+  template <class Space = host>
   struct cache {
-    const tensor<float>* x = nullptr;  // the input, kept alive by the trainer until backward
+    const tensor<float, Space>* x = nullptr;  // the input, kept alive by the trainer until backward
   };
 
   std::int64_t max_seq() const noexcept { return weight.shape[0]; }
@@ -21,25 +25,30 @@ struct position_embedding {
 
   // x [B, S, D] (or [S, D]) -> y = x + weight[s] at each position s.
   template <class Ctx>
-  void forward(Ctx&, const tensor<float>& x, tensor<float>& y, cache& c) const {
+  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
     const std::int64_t S = check_input(x);
     nn::detail::require_distinct(&x, &y, "position_embedding", weight.name);
     y.resize(x.shape());
     const std::int64_t d = dim(), per_row = S * d, rows = static_cast<std::int64_t>(x.numel()) / per_row;
     const float *xp = x.data(), *w = weight.data();
     float* yp = y.data();
-    nn::detail::for_rows(rows, per_row, [&](std::int64_t b) {
-      const float* xr = xp + b * per_row;
-      float* yr = yp + b * per_row;
+    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
+      (void)ctx;
+      nn::detail::for_rows(rows, per_row, [&](std::int64_t b) {
+        const float* xr = xp + b * per_row;
+        float* yr = yp + b * per_row;
 #pragma omp simd
-      for (std::int64_t j = 0; j < per_row; ++j) yr[j] = xr[j] + w[j];
-    });
+        for (std::int64_t j = 0; j < per_row; ++j) yr[j] = xr[j] + w[j];
+      });
+    } else {
+      nn::detail::device_ops_for<space_of<Ctx>>::add_rows(ctx.exec(), rows, per_row, xp, w, yp);
+    }
     c.x = &x;
   }
 
   // dx = dy; weight.grad[s] += sum over the batch of dy[b, s].
   template <class Ctx>
-  void backward(Ctx&, const tensor<float>& dy, tensor<float>& dx, cache& c) {
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
     nn::detail::require_forward_ran(c.x, "position_embedding", weight.name);
     nn::detail::require_grad(weight, "position_embedding", weight.name, "weight");
     nn::detail::require_dy(dy, c.x->shape(), "position_embedding", weight.name);
@@ -49,14 +58,22 @@ struct position_embedding {
     dx.resize(dy.shape());
     const float* g = dy.data();
     float* dxp = dx.data();
-    nn::detail::elementwise(static_cast<std::int64_t>(dy.numel()), [=](std::int64_t i) { dxp[i] = g[i]; });
-    nn::detail::add_column_sums(rows, per_row, weight.grad(),
-                                [g, per_row](std::int64_t i, std::int64_t j) { return g[i * per_row + j]; });
+    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
+      (void)ctx;
+      nn::detail::elementwise(static_cast<std::int64_t>(dy.numel()), [=](std::int64_t i) { dxp[i] = g[i]; });
+      nn::detail::add_column_sums(rows, per_row, weight.grad(),
+                                  [g, per_row](std::int64_t i, std::int64_t j) { return g[i * per_row + j]; });
+    } else {
+      using ops = nn::detail::device_ops_for<space_of<Ctx>>;
+      ops::copy(ctx.exec(), dxp, g, static_cast<std::int64_t>(dy.numel()));
+      ops::add_column_sums(ctx.exec(), rows, per_row, g, weight.grad());
+    }
   }
 
  private:
   // Returns S.
-  std::int64_t check_input(const tensor<float>& x) const {
+  template <class Space>
+  std::int64_t check_input(const tensor<float, Space>& x) const {
     if (weight.shape.rank != 2) [[unlikely]]
       nn::detail::fail(strata::detail::cat(nn::detail::label("position_embedding", weight.name), ": weight has shape ",
                                            weight.shape, "; expected [max_seq, dim]"),

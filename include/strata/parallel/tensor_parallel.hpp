@@ -1,17 +1,21 @@
 // Megatron-style tensor-parallel layers: each rank of ctx.tp() holds a slice of a weight
 // and the layers put their collectives where Megatron does. With tp_size 1 they are the
 // plain layers (nn::linear, nn::embedding, nn::softmax_cross_entropy) and communicate nothing.
+// They run in any space: on a GPU ctx.tp() is an nccl_comm and every buffer it moves is
+// already device memory (activations, and the cross-entropy's per-row maxima and sums).
 #pragma once
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <span>
 #include <string>
+#include <type_traits>
 
 #include "../comm/reduce_op.hpp"
 #include "../comm/request.hpp"
 #include "../model/param.hpp"
 #include "../nn/context.hpp"
+#include "../nn/detail/device_ops.hpp"
 #include "../nn/detail/loops.hpp"
 #include "../space/tensor.hpp"
 #include "detail/tp_common.hpp"
@@ -29,11 +33,12 @@ struct column_parallel_linear {
   bool gather_output = false;
   int tp_rank = 0, tp_size = 1;
 
+  template <class Space = host>
   struct cache {
-    const tensor<float>* x = nullptr;  // the input, kept alive by the trainer until backward
-    tensor<float> local;               // with gather_output: this rank's slice of y
-    tensor<float> gathered;            // [T, rows, out/T] as all_gather leaves it
-    tensor<float> dy_local;            // with gather_output: this rank's slice of dy
+    const tensor<float, Space>* x = nullptr;  // the input, kept alive by the trainer until backward
+    tensor<float, Space> local;               // with gather_output: this rank's slice of y
+    tensor<float, Space> gathered;            // [T, rows, out/T] as all_gather leaves it
+    tensor<float, Space> dy_local;            // with gather_output: this rank's slice of dy
   };
 
   std::int64_t in_features() const noexcept { return weight.shape[1]; }
@@ -42,7 +47,7 @@ struct column_parallel_linear {
   bool has_bias() const noexcept { return bias.numel() != 0; }
 
   template <class Ctx>
-  void forward(Ctx& ctx, const tensor<float>& x, tensor<float>& y, cache& c) const {
+  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
     const bool dist = strata::detail::tp_active(ctx, tp_size, kind, weight.name);
     check_params();
     const std::int64_t in = in_features(), out_l = local_out_features();
@@ -52,26 +57,26 @@ struct column_parallel_linear {
     const float* b = has_bias() ? bias.data() : nullptr;
     if (dist && gather_output) {
       c.local.resize(nn::detail::with_last(x.shape(), out_l));
-      strata::detail::linear_forward(x.data(), rows, in, weight.data(), out_l, b, c.local.data());
+      strata::detail::linear_forward(ctx, x.data(), rows, in, weight.data(), out_l, b, c.local.data());
       c.gathered.resize(nn::detail::vector_shape(rows * out_l * tp_size));
       strata::detail::tp_all_gather(ctx, c.local.span(), c.gathered.span());
       y.resize(nn::detail::with_last(x.shape(), out_features()));
-      strata::detail::concat_blocks(c.gathered.data(), tp_size, rows, out_l, y.data());
+      strata::detail::concat_blocks(ctx, c.gathered.data(), tp_size, rows, out_l, y.data());
     } else {
       y.resize(nn::detail::with_last(x.shape(), out_l));
-      strata::detail::linear_forward(x.data(), rows, in, weight.data(), out_l, b, y.data());
+      strata::detail::linear_forward(ctx, x.data(), rows, in, weight.data(), out_l, b, y.data());
     }
     c.x = &x;
   }
 
   template <class Ctx>
-  void backward(Ctx& ctx, const tensor<float>& dy, tensor<float>& dx, cache& c) {
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
     const bool dist = strata::detail::tp_active(ctx, tp_size, kind, weight.name);
     nn::detail::require_forward_ran(c.x, kind, weight.name);
     check_params();
     nn::detail::require_grad(weight, kind, weight.name, "weight");
     nn::detail::require_grad(bias, kind, weight.name, "bias");
-    const tensor<float>& x = *c.x;
+    const tensor_for<Ctx>& x = *c.x;
     const std::int64_t in = in_features(), out_l = local_out_features();
     const bool gathered = dist && gather_output;
     nn::detail::require_dy(dy, nn::detail::with_last(x.shape(), gathered ? out_features() : out_l), kind, weight.name);
@@ -80,15 +85,17 @@ struct column_parallel_linear {
     const float* g = dy.data();
     if (gathered) {
       c.dy_local.resize(nn::detail::with_last(x.shape(), out_l));
-      strata::detail::take_block(dy.data(), tp_size, tp_rank, rows, out_l, c.dy_local.data());
+      strata::detail::take_block(ctx, dy.data(), tp_size, tp_rank, rows, out_l, c.dy_local.data());
       g = c.dy_local.data();
     }
     dx.resize(x.shape());
-    strata::detail::linear_input_grad(g, rows, out_l, weight.data(), in, dx.data());
+    strata::detail::linear_input_grad(ctx, g, rows, out_l, weight.data(), in, dx.data());
     // Each rank's dx is the contribution of its output slice: the sum is the full dx.
-    // The all-reduce runs on the communicator's lane while the weight-grad GEMM runs here.
+    // The all-reduce runs on the communicator's lane (NCCL: its stream) while the
+    // weight-grad GEMM runs here (on the compute stream).
     request pending = dist ? strata::detail::tp_all_reduce_async(ctx, dx.span()) : request{};
-    strata::detail::linear_param_grads(g, x.data(), rows, out_l, in, weight.grad(), has_bias() ? bias.grad() : nullptr);
+    strata::detail::linear_param_grads(ctx, g, x.data(), rows, out_l, in, weight.grad(),
+                                       has_bias() ? bias.grad() : nullptr);
     pending.wait();
   }
 
@@ -115,8 +122,9 @@ struct row_parallel_linear {
   param<float> bias;    // [out] (replicated), or [0] without bias
   int tp_rank = 0, tp_size = 1;
 
+  template <class Space = host>
   struct cache {
-    const tensor<float>* x = nullptr;  // the input slice, kept alive by the trainer until backward
+    const tensor<float, Space>* x = nullptr;  // the input slice, kept alive by the trainer until backward
   };
 
   std::int64_t local_in_features() const noexcept { return weight.shape[1]; }
@@ -125,7 +133,7 @@ struct row_parallel_linear {
   bool has_bias() const noexcept { return bias.numel() != 0; }
 
   template <class Ctx>
-  void forward(Ctx& ctx, const tensor<float>& x, tensor<float>& y, cache& c) const {
+  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
     const bool dist = strata::detail::tp_active(ctx, tp_size, kind, weight.name);
     check_params();
     const std::int64_t in_l = local_in_features(), out = out_features();
@@ -134,20 +142,13 @@ struct row_parallel_linear {
     const std::int64_t rows = nn::detail::rows_of(x.shape());
     y.resize(nn::detail::with_last(x.shape(), out));
     if (!dist) {
-      strata::detail::linear_forward(x.data(), rows, in_l, weight.data(), out, has_bias() ? bias.data() : nullptr,
-                                     y.data());
+      strata::detail::linear_forward(ctx, x.data(), rows, in_l, weight.data(), out,
+                                     has_bias() ? bias.data() : nullptr, y.data());
     } else {
-      strata::detail::linear_forward(x.data(), rows, in_l, weight.data(), out, nullptr, y.data());
+      strata::detail::linear_forward(ctx, x.data(), rows, in_l, weight.data(), out, nullptr, y.data());
       // The next layer needs the whole sum: nothing can overlap this reduction.
       strata::detail::tp_all_reduce(ctx, y.span());
-      if (has_bias()) {
-        const float* b = bias.data();
-        float* yp = y.data();
-        nn::detail::for_rows(rows, out, [&](std::int64_t r) {
-#pragma omp simd
-          for (std::int64_t j = 0; j < out; ++j) yp[r * out + j] += b[j];
-        });
-      }
+      if (has_bias()) strata::detail::add_bias(ctx, rows, out, bias.data(), y.data());
     }
     c.x = &x;
   }
@@ -155,20 +156,20 @@ struct row_parallel_linear {
   // dx (this rank's slice) = dy W_r; W_r.grad += dy^T x_r; bias.grad += column sums of dy,
   // the same full bias gradient on every rank.
   template <class Ctx>
-  void backward(Ctx& ctx, const tensor<float>& dy, tensor<float>& dx, cache& c) {
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
     (void)strata::detail::tp_active(ctx, tp_size, kind, weight.name);
     nn::detail::require_forward_ran(c.x, kind, weight.name);
     check_params();
     nn::detail::require_grad(weight, kind, weight.name, "weight");
     nn::detail::require_grad(bias, kind, weight.name, "bias");
-    const tensor<float>& x = *c.x;
+    const tensor_for<Ctx>& x = *c.x;
     const std::int64_t in_l = local_in_features(), out = out_features();
     nn::detail::require_dy(dy, nn::detail::with_last(x.shape(), out), kind, weight.name);
     nn::detail::require_distinct(&dy, &dx, kind, weight.name);
     const std::int64_t rows = nn::detail::rows_of(x.shape());
     dx.resize(x.shape());
-    strata::detail::linear_input_grad(dy.data(), rows, out, weight.data(), in_l, dx.data());
-    strata::detail::linear_param_grads(dy.data(), x.data(), rows, out, in_l, weight.grad(),
+    strata::detail::linear_input_grad(ctx, dy.data(), rows, out, weight.data(), in_l, dx.data());
+    strata::detail::linear_param_grads(ctx, dy.data(), x.data(), rows, out, in_l, weight.grad(),
                                        has_bias() ? bias.grad() : nullptr);
   }
 
@@ -193,8 +194,12 @@ struct vocab_parallel_embedding {
   param<float> weight;  // [V/T, dim]
   int tp_rank = 0, tp_size = 1;
 
+  template <class Space = host>
   struct cache {
-    const tensor<float>* ids = nullptr;  // the input, kept alive by the trainer until backward
+    const tensor<float, Space>* ids = nullptr;  // the input, kept alive by the trainer until backward
+    // Outside the host only: [1], the first position whose id is not a token id, found by
+    // a kernel and read back after the forward.
+    tensor<unsigned long long, Space> bad_id;
   };
 
   std::int64_t local_vocab() const noexcept { return weight.shape[0]; }
@@ -204,7 +209,7 @@ struct vocab_parallel_embedding {
 
   // ids [B] or [B, S] (rank 1 to 3), whole numbers in [0, V) -> y [..., dim].
   template <class Ctx>
-  void forward(Ctx& ctx, const tensor<float>& ids, tensor<float>& y, cache& c) const {
+  void forward(Ctx& ctx, const tensor_for<Ctx>& ids, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
     const bool dist = strata::detail::tp_active(ctx, tp_size, kind, weight.name);
     check_params();
     nn::detail::require_distinct(&ids, &y, kind, weight.name);
@@ -214,21 +219,32 @@ struct vocab_parallel_embedding {
                                            "; expected rank 1 to 3 ([B] or [B, S])"),
                        std::source_location::current());
     const std::int64_t n = static_cast<std::int64_t>(ids.numel()), d = dim();
-    check_ids(ids.data(), n);
+    const std::int64_t lo = vocab_begin(), local = local_vocab();
     shape out = s;
     out[out.rank++] = d;
-    y.resize(out);
-    const float* ip = ids.data();
-    const float* w = weight.data();
-    float* yp = y.data();
-    const std::int64_t lo = vocab_begin(), local = local_vocab();
-    nn::detail::for_rows(n, d, [&](std::int64_t t) {
-      const std::int64_t row = static_cast<std::int64_t>(ip[t]) - lo;
-      if (row >= 0 && row < local)
-        std::memcpy(yp + t * d, w + row * d, d * sizeof(float));
-      else
-        std::memset(yp + t * d, 0, d * sizeof(float));
-    });
+    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
+      check_ids(ids.data(), n);
+      y.resize(out);
+      const float* ip = ids.data();
+      const float* w = weight.data();
+      float* yp = y.data();
+      nn::detail::for_rows(n, d, [&](std::int64_t t) {
+        const std::int64_t row = static_cast<std::int64_t>(ip[t]) - lo;
+        if (row >= 0 && row < local)
+          std::memcpy(yp + t * d, w + row * d, d * sizeof(float));
+        else
+          std::memset(yp + t * d, 0, d * sizeof(float));
+      });
+    } else {
+      y.resize(out);
+      c.bad_id.resize(nn::detail::vector_shape(1));
+      // Every tensor rank holds the same ids, so a bad one throws on all of them, before
+      // the all-reduce.
+      const nn::detail::target_check bad = nn::detail::device_ops_for<space_of<Ctx>>::embedding_forward(
+          ctx.exec(), n, d, vocab(), lo, local, ids.data(), weight.data(), y.data(), c.bad_id.data());
+      if (bad.row >= 0) [[unlikely]]
+        fail_id(bad.value, bad.row);
+    }
     if (dist) strata::detail::tp_all_reduce(ctx, y.span());
     c.ids = &ids;
   }
@@ -236,20 +252,33 @@ struct vocab_parallel_embedding {
   // weight.grad[id - begin] += dy row for this rank's ids; dx is zeros of the ids' shape
   // (ids are not differentiable).
   template <class Ctx>
-  void backward(Ctx& ctx, const tensor<float>& dy, tensor<float>& dx, cache& c) {
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
     (void)strata::detail::tp_active(ctx, tp_size, kind, weight.name);
     nn::detail::require_forward_ran(c.ids, kind, weight.name);
     check_params();
     nn::detail::require_grad(weight, kind, weight.name, "weight");
-    const tensor<float>& ids = *c.ids;
+    const tensor_for<Ctx>& ids = *c.ids;
     shape out = ids.shape();
     out[out.rank++] = dim();
     nn::detail::require_dy(dy, out, kind, weight.name);
     nn::detail::require_distinct(&dy, &dx, kind, weight.name);
-    dx.zeros(ids.shape());
     const std::int64_t n = static_cast<std::int64_t>(ids.numel()), d = dim(), lo = vocab_begin(), local = local_vocab();
-    const float* ip = ids.data();
-    const float* g = dy.data();
+    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
+      dx.zeros(ids.shape());
+      scatter_add(n, ids.data(), dy.data());
+    } else {
+      using ops = nn::detail::device_ops_for<space_of<Ctx>>;
+      dx.resize(ids.shape());
+      ops::fill_zero(ctx.exec(), dx.data(), n);
+      ops::embedding_backward(ctx.exec(), n, d, lo, local, ids.data(), dy.data(), weight.grad());
+    }
+  }
+
+ private:
+  static constexpr const char* kind = "vocab_parallel_embedding";
+  // The host's scatter-add, outside the templates.
+  void scatter_add(std::int64_t n, const float* ip, const float* g) {
+    const std::int64_t d = dim(), lo = vocab_begin(), local = local_vocab();
     float* gw = weight.grad();
     // Repeated ids add into the same row, so threads split the columns, not the tokens:
     // every element is summed in token order whatever the thread count.
@@ -268,9 +297,6 @@ struct vocab_parallel_embedding {
       }
     }
   }
-
- private:
-  static constexpr const char* kind = "vocab_parallel_embedding";
   void check_params() const {
     if (weight.shape.rank != 2) [[unlikely]]
       nn::detail::fail(strata::detail::cat(nn::detail::label(kind, weight.name), ": weight has shape ", weight.shape,
@@ -284,11 +310,14 @@ struct vocab_parallel_embedding {
     for (std::int64_t t = 0; t < n; ++t) {
       const float id = ip[t];
       if (!(id >= 0.0f && id < v && id == std::floor(id))) [[unlikely]]
-        nn::detail::fail<error>(strata::detail::cat(nn::detail::label(kind, weight.name), ": token id ", id,
-                                                    " at position ", t, " is out of range for vocab ", vocab(),
-                                                    " (ids must be whole numbers in [0, ", vocab(), "))"),
-                                std::source_location::current());
+        fail_id(id, t);
     }
+  }
+  [[noreturn]] void fail_id(float id, std::int64_t t) const {
+    nn::detail::fail<error>(strata::detail::cat(nn::detail::label(kind, weight.name), ": token id ", id,
+                                                " at position ", t, " is out of range for vocab ", vocab(),
+                                                " (ids must be whole numbers in [0, ", vocab(), "))"),
+                            std::source_location::current());
   }
 };
 
@@ -301,14 +330,19 @@ struct vocab_parallel_cross_entropy {
   std::int64_t vocab = 0;  // the full vocabulary
   int tp_rank = 0, tp_size = 1;
 
+  template <class Space = host>
   struct cache {
-    const tensor<float>* logits = nullptr;  // the input, kept alive by the trainer until backward
+    const tensor<float, Space>* logits = nullptr;  // the input, kept alive by the trainer until backward
     // Per row: the max m and log(sum exp(x - m)), kept apart because a float m + log(...)
     // would round away the softmax's precision when logits are large.
-    tensor<float> row_max;
-    tensor<float> log_sum;
-    tensor<float> target;  // [rows]: a copy, so backward needs no ctx state
-    tensor<double> sums;   // [2 rows]: sum of exp(x - m), then the target logit
+    tensor<float, Space> row_max;
+    tensor<float, Space> log_sum;
+    tensor<float, Space> target;  // [rows]: a copy, so backward needs no ctx state
+    tensor<double, Space> sums;   // [2 rows]: sum of exp(x - m), then the target logit
+    // Outside the host only: [rows] row losses summed for the mean, and [1] the first row
+    // whose target is not a class id (the targets are not readable here).
+    tensor<double, Space> row_loss;
+    tensor<unsigned long long, Space> bad_row;
   };
 
   std::int64_t local_vocab() const noexcept { return tp_size > 0 ? vocab / tp_size : 0; }
@@ -317,9 +351,9 @@ struct vocab_parallel_cross_entropy {
   // logits [..., V/T] (this rank's columns) and ctx.targets() of the leading shape,
   // holding ids in [0, V) -> y [1] = mean loss over rows, the same on every rank.
   template <nn::targets_context Ctx>
-  void forward(Ctx& ctx, const tensor<float>& logits, tensor<float>& y, cache& c) const {
+  void forward(Ctx& ctx, const tensor_for<Ctx>& logits, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
     const bool dist = strata::detail::tp_active(ctx, tp_size, kind, std::string());
-    const tensor<float>& targets = ctx.targets();
+    const tensor_for<Ctx>& targets = ctx.targets();
     nn::detail::require_distinct(&logits, &y, kind, std::string());
     const std::int64_t classes = local_vocab(), lo = vocab_begin();
     nn::detail::require_features(logits, classes, kind, std::string(), "this rank's vocabulary slice");
@@ -329,20 +363,87 @@ struct vocab_parallel_cross_entropy {
       nn::detail::fail(strata::detail::cat(kind, ": targets have shape ", targets.shape(), " for logits ", s,
                                            "; expected one class id per row of the leading shape"),
                        std::source_location::current());
-    const float* tg = targets.data();
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float t = tg[r];
-      if (!(t >= 0.0f && t < static_cast<float>(vocab) && t == std::floor(t))) [[unlikely]]
-        nn::detail::fail<error>(
-            strata::detail::cat(kind, ": target ", t, " at row ", r, " is not a class id in [0, ", vocab, ")"),
-            std::source_location::current());
+    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
+      const float* tg = targets.data();
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float t = tg[r];
+        if (!(t >= 0.0f && t < static_cast<float>(vocab) && t == std::floor(t))) [[unlikely]]
+          fail_target(t, r);
+      }
     }
     c.row_max.resize(nn::detail::vector_shape(rows));
     c.log_sum.resize(nn::detail::vector_shape(rows));
     c.target.resize(nn::detail::vector_shape(rows));
     c.sums.resize(nn::detail::vector_shape(2 * rows));
-    const float* xp = logits.data();
-    float *mp = c.row_max.data(), *lp = c.log_sum.data(), *cp = c.target.data();
+    y.resize(nn::detail::vector_shape(1));
+    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
+      local_terms(rows, logits.data(), targets.data(), c, [&] {
+        if (dist) strata::detail::tp_all_reduce(ctx, c.row_max.span(), reduce_op::max);
+      });
+      if (dist) strata::detail::tp_all_reduce(ctx, c.sums.span());
+      y[0] = finish(rows, c);
+    } else {
+      using ops = nn::detail::device_ops_for<space_of<Ctx>>;
+      c.row_loss.resize(nn::detail::vector_shape(rows));
+      c.bad_row.resize(nn::detail::vector_shape(1));
+      // Waits for the stream: every tensor rank has the same targets, so a bad one throws
+      // on all of them before any collective.
+      const nn::detail::target_check bad =
+          ops::vocab_cross_entropy_rows(ctx.exec(), rows, classes, vocab, logits.data(), targets.data(),
+                                        c.row_max.data(), c.target.data(), c.bad_row.data());
+      if (bad.row >= 0) [[unlikely]]
+        fail_target(bad.value, bad.row);
+      // Subtracting the global row max keeps every exp in (0, 1] on every rank.
+      if (dist) strata::detail::tp_all_reduce(ctx, c.row_max.span(), reduce_op::max);
+      ops::vocab_cross_entropy_sums(ctx.exec(), rows, classes, lo, logits.data(), c.row_max.data(), c.target.data(),
+                                    c.sums.data());
+      if (dist) strata::detail::tp_all_reduce(ctx, c.sums.span());
+      ops::vocab_cross_entropy_finish(ctx.exec(), rows, c.row_max.data(), c.sums.data(), c.log_sum.data(),
+                                      c.row_loss.data(), y.data());
+    }
+    c.logits = &logits;
+  }
+
+  template <class Ctx>
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
+    (void)strata::detail::tp_active(ctx, tp_size, kind, std::string());
+    nn::detail::require_forward_ran(c.logits, kind, std::string());
+    nn::detail::require_dy(dy, nn::detail::vector_shape(1), kind, std::string());
+    nn::detail::require_distinct(&dy, &dx, kind, std::string());
+    const tensor_for<Ctx>& x = *c.logits;
+    const std::int64_t classes = local_vocab(), lo = vocab_begin(), rows = nn::detail::rows_of(x.shape());
+    dx.resize(x.shape());
+    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
+      const float scale = rows ? dy[0] / static_cast<float>(rows) : 0.0f;
+      const float *xp = x.data(), *mp = c.row_max.data(), *lp = c.log_sum.data(), *tg = c.target.data();
+      float* dxp = dx.data();
+      nn::detail::for_rows(rows, classes, [&](std::int64_t r) {
+        const float* xr = xp + r * classes;
+        float* dr = dxp + r * classes;
+        const float m = mp[r], l = lp[r];
+#pragma omp simd
+        for (std::int64_t j = 0; j < classes; ++j) dr[j] = scale * std::exp((xr[j] - m) - l);
+        const std::int64_t t = static_cast<std::int64_t>(tg[r]) - lo;
+        if (t >= 0 && t < classes) dr[t] -= scale;
+      });
+    } else {
+      // dy[0] is read by the kernel: the loss scale stays on the device.
+      nn::detail::device_ops_for<space_of<Ctx>>::vocab_cross_entropy_backward(
+          ctx.exec(), rows, classes, lo, x.data(), c.row_max.data(), c.log_sum.data(), c.target.data(), dy.data(),
+          dx.data());
+    }
+  }
+
+ private:
+  static constexpr const char* kind = "vocab_parallel_cross_entropy";
+
+  // The host's loops, outside the templates: the local row maxima and target copies, then
+  // (after reduce_max has made the maxima global) the local sums of exponentials and the
+  // target logits this rank holds.
+  template <class ReduceMax>
+  void local_terms(std::int64_t rows, const float* xp, const float* tg, cache<host>& c, ReduceMax&& reduce_max) const {
+    const std::int64_t classes = local_vocab(), lo = vocab_begin();
+    float *mp = c.row_max.data(), *cp = c.target.data();
     double* sp = c.sums.data();
     nn::detail::for_rows(rows, classes, [&](std::int64_t r) {
       const float* xr = xp + r * classes;
@@ -353,7 +454,7 @@ struct vocab_parallel_cross_entropy {
       cp[r] = tg[r];
     });
     // Subtracting the global row max keeps every exp in (0, 1] on every rank.
-    if (dist) strata::detail::tp_all_reduce(ctx, c.row_max.span(), reduce_op::max);
+    reduce_max();
     nn::detail::for_rows(rows, classes, [&](std::int64_t r) {
       const float* xr = xp + r * classes;
       const float m = mp[r];
@@ -364,43 +465,27 @@ struct vocab_parallel_cross_entropy {
       sp[r] = se;
       sp[rows + r] = (t >= 0 && t < classes) ? static_cast<double>(xr[t]) : 0.0;
     });
-    if (dist) strata::detail::tp_all_reduce(ctx, c.sums.span());
+  }
+
+  // The mean loss from the global sums, filling log_sum.
+  static float finish(std::int64_t rows, cache<host>& c) {
+    const float* mp = c.row_max.data();
+    float* lp = c.log_sum.data();
+    const double* sp = c.sums.data();
     double total = 0.0;
     for (std::int64_t r = 0; r < rows; ++r) {
       const double ls = std::log(sp[r]);
       lp[r] = static_cast<float>(ls);
       total += (static_cast<double>(mp[r]) - sp[rows + r]) + ls;
     }
-    y.resize(nn::detail::vector_shape(1));
-    y[0] = rows ? static_cast<float>(total / static_cast<double>(rows)) : 0.0f;
-    c.logits = &logits;
+    return rows ? static_cast<float>(total / static_cast<double>(rows)) : 0.0f;
   }
 
-  template <class Ctx>
-  void backward(Ctx& ctx, const tensor<float>& dy, tensor<float>& dx, cache& c) {
-    (void)strata::detail::tp_active(ctx, tp_size, kind, std::string());
-    nn::detail::require_forward_ran(c.logits, kind, std::string());
-    nn::detail::require_dy(dy, nn::detail::vector_shape(1), kind, std::string());
-    nn::detail::require_distinct(&dy, &dx, kind, std::string());
-    const tensor<float>& x = *c.logits;
-    const std::int64_t classes = local_vocab(), lo = vocab_begin(), rows = nn::detail::rows_of(x.shape());
-    dx.resize(x.shape());
-    const float scale = rows ? dy[0] / static_cast<float>(rows) : 0.0f;
-    const float *xp = x.data(), *mp = c.row_max.data(), *lp = c.log_sum.data(), *tg = c.target.data();
-    float* dxp = dx.data();
-    nn::detail::for_rows(rows, classes, [&](std::int64_t r) {
-      const float* xr = xp + r * classes;
-      float* dr = dxp + r * classes;
-      const float m = mp[r], l = lp[r];
-#pragma omp simd
-      for (std::int64_t j = 0; j < classes; ++j) dr[j] = scale * std::exp((xr[j] - m) - l);
-      const std::int64_t t = static_cast<std::int64_t>(tg[r]) - lo;
-      if (t >= 0 && t < classes) dr[t] -= scale;
-    });
+  [[noreturn]] void fail_target(float t, std::int64_t r) const {
+    nn::detail::fail<error>(
+        strata::detail::cat(kind, ": target ", t, " at row ", r, " is not a class id in [0, ", vocab, ")"),
+        std::source_location::current());
   }
-
- private:
-  static constexpr const char* kind = "vocab_parallel_cross_entropy";
 };
 
 // ---- factories: check divisibility and declare each param's slice of the full tensor ----

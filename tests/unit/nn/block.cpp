@@ -58,9 +58,9 @@ struct classifier {
   nn::softmax_cross_entropy loss;
 
   struct cache {
-    nn::embedding::cache embed;
+    nn::embedding::cache<> embed;
     mlp_block::cache block;
-    nn::layer_norm::cache norm;
+    nn::layer_norm::cache<> norm;
     nn::linear::cache<> head;
     nn::softmax_cross_entropy::cache<> loss;
     tensor<float> e, b, n, logits;

@@ -1,11 +1,11 @@
 // The nn/ layers' CUDA kernels (device_ops<cuda>): cuBLAS GEMMs, elementwise activations
 // on run_cuda, and row, column and loss reductions in a fixed order (no float atomics).
+// The layer_norm, embedding, residual and attention kernels are parts of it kept in
+// cuda_layer_ops.cuh and cuda_attention_ops.cuh.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <cub/block/block_reduce.cuh>
@@ -15,20 +15,12 @@
 #include "../../space/detail/cublas_check.hpp"
 #include "../gelu.hpp"
 #include "blas.hpp"
+#include "cuda_attention_ops.cuh"
+#include "cuda_common.cuh"
+#include "cuda_layer_ops.cuh"
 #include "device_ops.hpp"
 
 namespace strata::nn::detail {
-
-// Threads per block of the row and reduction kernels.
-inline constexpr int cuda_nn_block = 256;
-// Blocks of a kernel that loops over rows or column tiles: enough to fill any current GPU
-// (132 SMs x 8 resident blocks of 256 threads) many times over; more would only add
-// scheduling. Results do not depend on it: every row or column is one block's or
-// thread's work, in a fixed order.
-inline constexpr std::int64_t cuda_nn_max_blocks = 1 << 16;
-
-// Kernels are templates (on the block size) so that this header can be included by
-// several .cu files of one program without duplicate kernel symbols.
 
 // ---- elementwise functors (run by kernels::run_cuda) -------------------------------
 
@@ -86,53 +78,12 @@ struct mse_backward_op {
   }
 };
 
-// ---- reductions ----------------------------------------------------------------------
-
-// out[j] += sum over rows of src[i, j]: one thread per column summing its rows in order,
-// in double, as the host's add_column_sums does. The order is fixed (no atomics), so the
-// bias gradient is the same bits run to run, and the same bits as on the host.
-template <int Block>
-__global__ void __launch_bounds__(Block)
-    column_sums_kernel(std::int64_t rows, std::int64_t cols, const float* src, float* out) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < cols; j += stride) {
-    double acc = 0.0;
-    for (std::int64_t i = 0; i < rows; ++i) acc += static_cast<double>(src[i * cols + j]);
-    out[j] = static_cast<float>(out[j] + acc);
-  }
-}
-
-// *out = mean of term(i) over i < n, summed in double by one block: each thread sums a
-// fixed stride of terms, then CUB's block reduction combines them in a fixed tree. One
-// block is enough for a loss (one value per row or element, read once).
-template <int Block, class Term>
-__global__ void __launch_bounds__(Block) mean_kernel(std::int64_t n, Term term, float* out) {
-  using reduce = cub::BlockReduce<double, Block>;
-  __shared__ typename reduce::TempStorage temp;
-  double s = 0.0;
-  for (std::int64_t i = threadIdx.x; i < n; i += Block) s += term(i);
-  s = reduce(temp).Sum(s);
-  if (threadIdx.x == 0) *out = n ? static_cast<float>(s / static_cast<double>(n)) : 0.0f;
-}
-
-struct row_loss_term {
-  const double* row_loss;
-  __device__ double operator()(std::int64_t i) const { return row_loss[i]; }
-};
-struct square_term {
-  const float* d;
-  __device__ double operator()(std::int64_t i) const { return static_cast<double>(d[i]) * d[i]; }
-};
+// ---- cross-entropy --------------------------------------------------------------------
 
 // One block per row: the row max, sum of exp(x - m) in double, and the row's loss. A
-// target that is not a class id records its row in *bad_row (the smallest such row, by
-// atomicMin on an integer: order-free, so still deterministic) and is never used as an
-// index; its row's loss is 0 and the forward throws once the host has read *bad_row.
-// The row max, compared as the host's loop compares (x > m ? x : m).
-struct max_op {
-  __device__ float operator()(float a, float b) const { return b > a ? b : a; }
-};
-
+// target that is not a class id flags its row (flag_bad: the smallest such row) and is
+// never used as an index; its row's loss is 0 and the forward throws once the host has
+// read the flag.
 template <int Block>
 __global__ void __launch_bounds__(Block)
     cross_entropy_rows_kernel(std::int64_t rows, std::int64_t classes, const float* logits, const float* targets,
@@ -159,8 +110,8 @@ __global__ void __launch_bounds__(Block)
     if (threadIdx.x == 0) {
       const double ls = std::log(se);
       const float t = targets[r];
-      const bool valid = t >= 0.0f && t < static_cast<float>(classes) && t == std::floor(t);
-      if (!valid) atomicMin(bad_row, static_cast<unsigned long long>(r));
+      const bool valid = is_id(t, classes);
+      if (!valid) flag_bad(bad_row, r);
       row_max[r] = m;
       log_sum[r] = static_cast<float>(ls);
       target_out[r] = valid ? t : 0.0f;
@@ -171,12 +122,13 @@ __global__ void __launch_bounds__(Block)
   }
 }
 
-// dx = dy[0] / rows * (softmax(x) - onehot(target)), one block per row, with the host's
+// dx = dy[0] / rows * (softmax(x) - onehot(target)) on columns [lo, lo + classes) of the
+// vocabulary (lo = 0 without tensor parallelism), one block per row, with the host's
 // expressions (launched only for rows > 0). The target is compared, never used as an
 // index.
 template <int Block>
 __global__ void __launch_bounds__(Block)
-    cross_entropy_backward_kernel(std::int64_t rows, std::int64_t classes, const float* logits,
+    cross_entropy_backward_kernel(std::int64_t rows, std::int64_t classes, std::int64_t lo, const float* logits,
                                   const float* row_max, const float* log_sum, const float* target, const float* dy,
                                   float* dx) {
   const float scale = dy[0] / static_cast<float>(rows);
@@ -184,7 +136,7 @@ __global__ void __launch_bounds__(Block)
     const float* xr = logits + r * classes;
     float* dr = dx + r * classes;
     const float m = row_max[r], l = log_sum[r];
-    const auto t = static_cast<std::int64_t>(target[r]);
+    const std::int64_t t = static_cast<std::int64_t>(target[r]) - lo;
     for (std::int64_t j = threadIdx.x; j < classes; j += Block) {
       float v = scale * std::exp((xr[j] - m) - l);
       if (j == t) v -= scale;
@@ -193,15 +145,70 @@ __global__ void __launch_bounds__(Block)
   }
 }
 
-// Blocks for a kernel whose blocks loop over `items` (rows or column tiles).
-inline unsigned blocks_for(std::int64_t items) {
-  return static_cast<unsigned>(std::max<std::int64_t>(1, std::min(items, cuda_nn_max_blocks)));
+// Vocabulary-parallel cross-entropy, step 1, one block per row of this rank's logits:
+// the local row max, the target checked against the full vocabulary and copied.
+template <int Block>
+__global__ void __launch_bounds__(Block)
+    vocab_rows_kernel(std::int64_t rows, std::int64_t classes, std::int64_t vocab, const float* logits,
+                      const float* targets, float* row_max, float* target_out, unsigned long long* bad_row) {
+  using max_reduce = cub::BlockReduce<float, Block>;
+  __shared__ typename max_reduce::TempStorage temp;
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* xr = logits + r * classes;
+    float m = xr[0];
+    for (std::int64_t j = threadIdx.x; j < classes; j += Block) m = xr[j] > m ? xr[j] : m;
+    m = max_reduce(temp).Reduce(m, max_op{});
+    if (threadIdx.x == 0) {
+      const float t = targets[r];
+      if (!is_id(t, vocab)) flag_bad(bad_row, r);
+      row_max[r] = m;
+      target_out[r] = t;
+    }
+    __syncthreads();  // before the next row reuses temp
+  }
 }
+
+// Step 2, after the row maxima are global: sums[r] = sum of exp(x - m) over this rank's
+// columns in double, sums[rows + r] = the target's logit where this rank holds it, else 0.
+template <int Block>
+__global__ void __launch_bounds__(Block)
+    vocab_sums_kernel(std::int64_t rows, std::int64_t classes, std::int64_t lo, const float* logits,
+                      const float* row_max, const float* target, double* sums) {
+  using sum_reduce = cub::BlockReduce<double, Block>;
+  __shared__ typename sum_reduce::TempStorage temp;
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* xr = logits + r * classes;
+    const float m = row_max[r];
+    double se = 0.0;
+    for (std::int64_t j = threadIdx.x; j < classes; j += Block) se += std::exp(xr[j] - m);
+    se = sum_reduce(temp).Sum(se);
+    if (threadIdx.x == 0) {
+      const std::int64_t t = static_cast<std::int64_t>(target[r]) - lo;
+      sums[r] = se;
+      sums[rows + r] = t >= 0 && t < classes ? static_cast<double>(xr[t]) : 0.0;
+    }
+    __syncthreads();  // before the next row reuses temp
+  }
+}
+
+// Step 3, after the sums are global: each row's log-sum and loss (the host's expressions).
+struct vocab_finish_op {
+  const float* row_max;
+  const double* sums;
+  float* log_sum;
+  double* row_loss;
+  std::size_t rows;
+  __device__ void operator()(std::size_t r) const {
+    const double ls = std::log(sums[r]);
+    log_sum[r] = static_cast<float>(ls);
+    row_loss[r] = (static_cast<double>(row_max[r]) - sums[rows + r]) + ls;
+  }
+};
 
 // ---- the CUDA space's layer operations ---------------------------------------------
 
 template <>
-struct device_ops<strata::cuda> {
+struct device_ops<strata::cuda> : cuda_layer_ops, cuda_attention_ops {
   using exec_type = executor<strata::cuda>;
 
   // C[m, n] = alpha op(A)[m, k] op(B)[k, n] + beta C, all row-major, on exec.stream
@@ -212,16 +219,11 @@ struct device_ops<strata::cuda> {
                    std::int64_t k, float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
                    float beta, float* c, std::int64_t ldc) {
     if (m == 0 || n == 0) return;
-    // cuBLAS takes int extents: refuse what would silently wrap (built only on failure).
-    const auto fits = [](std::int64_t v) { return v >= 0 && v <= INT_MAX; };
-    if (!(fits(m) && fits(n) && fits(k) && fits(lda) && fits(ldb) && fits(ldc))) [[unlikely]]
-      strata::expects<config_error>(false, strata::detail::cat("gemm: extents m=", m, " n=", n, " k=", k,
-                                                               " exceed the 32-bit range of cuBLAS"));
-    // cuBLAS rejects leading dimensions below 1 even when k == 0 and nothing is read.
-    const auto ld = [](std::int64_t v) { return static_cast<int>(v < 1 ? 1 : v); };
+    require_int_extents(m, n, k, lda, ldb, ldc);
     const auto op = [](transpose t) { return t == transpose::yes ? CUBLAS_OP_T : CUBLAS_OP_N; };
     STRATA_CHECK_CUBLAS(cublasSgemm(exec.blas, op(tb), op(ta), static_cast<int>(n), static_cast<int>(m),
-                                    static_cast<int>(k), &alpha, b, ld(ldb), a, ld(lda), &beta, c, ld(ldc)));
+                                    static_cast<int>(k), &alpha, b, cublas_ld(ldb), a, cublas_ld(lda), &beta, c,
+                                    cublas_ld(ldc)));
   }
 
   // out[r, :] = row for every r < rows.
@@ -230,15 +232,6 @@ struct device_ops<strata::cuda> {
     if (rows == 0 || cols == 0) return;
     kernels::run_cuda(static_cast<std::size_t>(rows * cols),
                       broadcast_rows_op{row, out, static_cast<std::size_t>(cols)}, exec.stream);
-  }
-
-  // out[j] += sum over i < rows of src[i, j] (bias gradients), in the host's order.
-  static void add_column_sums(const exec_type& exec, std::int64_t rows, std::int64_t cols, const float* src,
-                              float* out) {
-    if (cols == 0) return;
-    const unsigned blocks = blocks_for((cols + cuda_nn_block - 1) / cuda_nn_block);
-    column_sums_kernel<cuda_nn_block><<<blocks, cuda_nn_block, 0, exec.stream>>>(rows, cols, src, out);
-    STRATA_CHECK_CUDA(cudaGetLastError());
   }
 
   static void relu_forward(const exec_type& exec, std::int64_t n, const float* x, float* y) {
@@ -272,44 +265,69 @@ struct device_ops<strata::cuda> {
                                             const float* logits, const float* targets, float* row_max,
                                             float* log_sum, float* target_out, double* row_loss,
                                             unsigned long long* bad_row, float* y) {
-    // All bits set: "no bad row" is larger than every row, so atomicMin finds the first.
-    STRATA_CHECK_CUDA(cudaMemsetAsync(bad_row, 0xff, sizeof(unsigned long long), exec.stream));
+    arm_flag(exec.stream, bad_row);
     if (rows > 0) {
       cross_entropy_rows_kernel<cuda_nn_block><<<blocks_for(rows), cuda_nn_block, 0, exec.stream>>>(
           rows, classes, logits, targets, row_max, log_sum, target_out, row_loss, bad_row);
       STRATA_CHECK_CUDA(cudaGetLastError());
     }
-    mean_kernel<cuda_nn_block><<<1, cuda_nn_block, 0, exec.stream>>>(rows, row_loss_term{row_loss}, y);
-    STRATA_CHECK_CUDA(cudaGetLastError());
-    unsigned long long first_bad = 0;
-    STRATA_CHECK_CUDA(
-        cudaMemcpyAsync(&first_bad, bad_row, sizeof first_bad, cudaMemcpyDeviceToHost, exec.stream));
-    STRATA_CHECK_CUDA(cudaStreamSynchronize(exec.stream));
-    target_check check;
-    if (first_bad < static_cast<unsigned long long>(rows)) [[unlikely]] {
-      check.row = static_cast<std::int64_t>(first_bad);
-      STRATA_CHECK_CUDA(cudaMemcpyAsync(&check.value, targets + check.row, sizeof check.value,
-                                        cudaMemcpyDeviceToHost, exec.stream));
-      STRATA_CHECK_CUDA(cudaStreamSynchronize(exec.stream));
-    }
-    return check;
+    launch_mean(exec.stream, rows, row_loss_term{row_loss}, y);
+    return read_flag(exec.stream, bad_row, targets, rows);
   }
 
+  // dx with dy[0] read on the device: the loss scale stays there.
   static void cross_entropy_backward(const exec_type& exec, std::int64_t rows, std::int64_t classes,
                                      const float* logits, const float* row_max, const float* log_sum,
                                      const float* target, const float* dy, float* dx) {
+    vocab_cross_entropy_backward(exec, rows, classes, 0, logits, row_max, log_sum, target, dy, dx);
+  }
+  // The same on vocabulary columns [lo, lo + classes): this rank's slice of the logits.
+  static void vocab_cross_entropy_backward(const exec_type& exec, std::int64_t rows, std::int64_t classes,
+                                           std::int64_t lo, const float* logits, const float* row_max,
+                                           const float* log_sum, const float* target, const float* dy, float* dx) {
     if (rows == 0) return;
     cross_entropy_backward_kernel<cuda_nn_block><<<blocks_for(rows), cuda_nn_block, 0, exec.stream>>>(
-        rows, classes, logits, row_max, log_sum, target, dy, dx);
+        rows, classes, lo, logits, row_max, log_sum, target, dy, dx);
     STRATA_CHECK_CUDA(cudaGetLastError());
+  }
+
+  // Vocabulary-parallel cross-entropy in three steps around the layer's two all-reduces
+  // (row maxima, then sums). Step 1 checks the targets against the full vocabulary and
+  // waits for the stream, so that a bad target throws on every rank before any
+  // collective; returns the first bad row.
+  static target_check vocab_cross_entropy_rows(const exec_type& exec, std::int64_t rows, std::int64_t classes,
+                                               std::int64_t vocab, const float* logits, const float* targets,
+                                               float* row_max, float* target_out, unsigned long long* bad_row) {
+    arm_flag(exec.stream, bad_row);
+    if (rows > 0) {
+      vocab_rows_kernel<cuda_nn_block><<<blocks_for(rows), cuda_nn_block, 0, exec.stream>>>(
+          rows, classes, vocab, logits, targets, row_max, target_out, bad_row);
+      STRATA_CHECK_CUDA(cudaGetLastError());
+    }
+    return read_flag(exec.stream, bad_row, targets, rows);
+  }
+  static void vocab_cross_entropy_sums(const exec_type& exec, std::int64_t rows, std::int64_t classes,
+                                       std::int64_t lo, const float* logits, const float* row_max,
+                                       const float* target, double* sums) {
+    if (rows == 0) return;
+    vocab_sums_kernel<cuda_nn_block><<<blocks_for(rows), cuda_nn_block, 0, exec.stream>>>(rows, classes, lo, logits,
+                                                                                          row_max, target, sums);
+    STRATA_CHECK_CUDA(cudaGetLastError());
+  }
+  // log_sum, the per-row losses and *y = their mean, without waiting.
+  static void vocab_cross_entropy_finish(const exec_type& exec, std::int64_t rows, const float* row_max,
+                                         const double* sums, float* log_sum, double* row_loss, float* y) {
+    kernels::run_cuda(static_cast<std::size_t>(rows),
+                      vocab_finish_op{row_max, sums, log_sum, row_loss, static_cast<std::size_t>(rows)},
+                      exec.stream);
+    launch_mean(exec.stream, rows, row_loss_term{row_loss}, y);
   }
 
   // diff = x - targets and *y = mean of diff^2 (device), without waiting.
   static void mse_forward(const exec_type& exec, std::int64_t n, const float* x, const float* targets, float* diff,
                           float* y) {
     kernels::run_cuda(static_cast<std::size_t>(n), difference_op{x, targets, diff}, exec.stream);
-    mean_kernel<cuda_nn_block><<<1, cuda_nn_block, 0, exec.stream>>>(n, square_term{diff}, y);
-    STRATA_CHECK_CUDA(cudaGetLastError());
+    launch_mean(exec.stream, n, square_term{diff}, y);
   }
 
   static void mse_backward(const exec_type& exec, std::int64_t n, const float* diff, const float* dy, float* dx) {
