@@ -1,0 +1,629 @@
+// strata-gpu: required
+// The transformer layers in the CUDA space against the same layers on the host, on the
+// same data: layer_norm, embedding, position_embedding, causal self-attention, the
+// tensor-parallel layers at tp = 1 (context with an nccl_comm of size 1) and their block
+// moves, forward and backward; bad ids and targets give the host's errors; the whole gpt
+// example model through the trainer's layer table; the same bits run to run.
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <random>
+#include <string>
+#include <string_view>
+#include <strata/cuda.cuh>
+#include <vector>
+
+#include "../../examples/gpt/model.hpp"
+#include "catch.hpp"
+
+namespace {
+
+namespace nn = strata::nn;
+namespace sp = strata::parallel;
+using strata::shape;
+using host_ctx = strata::context<strata::host, strata::self_comm>;
+using device_ctx = strata::context<strata::cuda, strata::nccl_comm>;
+using host_tensor = strata::tensor<float>;
+using device_tensor = strata::tensor<float, strata::cuda>;
+
+// The unit roundoff of float: every float operation is exact to within u relative.
+constexpr double u = 0x1p-24;
+
+// One MPI session for the whole program: MPI cannot start again once finalized.
+strata::environment& env() {
+  static strata::environment e;
+  return e;
+}
+
+// What a trainer gives the layers: a stream and a cuBLAS handle bound to it in the
+// default math mode (no TF32), and the tensor-parallel NCCL communicator (size 1 here)
+// ordered against that stream.
+struct device_env {
+  strata::cuda_stream stream;
+  cublasHandle_t blas = nullptr;
+  strata::nccl_comm tp;
+  device_ctx ctx;
+  device_env() : tp(make_comm(stream.get())) {
+    STRATA_CHECK_CUBLAS(cublasCreate(&blas));
+    STRATA_CHECK_CUBLAS(cublasSetStream(blas, stream.get()));
+    STRATA_CHECK_CUBLAS(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH));
+    ctx.set_exec({stream.get(), blas});
+    ctx.set_tp(&tp);
+  }
+  device_env(const device_env&) = delete;
+  device_env& operator=(const device_env&) = delete;
+  ~device_env() { (void)cublasDestroy(blas); }
+  // The layers queue on a non-blocking stream: wait for it before reading results.
+  void synchronize() const { stream.synchronize(); }
+
+ private:
+  static strata::nccl_comm make_comm(cudaStream_t s) {
+    strata::select_device(0);
+    strata::nccl_options o;
+    o.compute_stream = s;
+    o.name = "tp";
+    return strata::nccl_comm(env().world(), o);
+  }
+};
+
+std::vector<float> random_values(std::size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+std::vector<float> random_ids(std::size_t n, std::int64_t vocab, std::mt19937& rng) {
+  std::uniform_int_distribution<std::int64_t> pick(0, vocab - 1);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(pick(rng));
+  return v;
+}
+
+host_tensor host_of(const shape& s, const std::vector<float>& values) {
+  host_tensor t(s);
+  REQUIRE(values.size() == t.numel());
+  std::copy(values.begin(), values.end(), t.data());
+  return t;
+}
+device_tensor device_of(const shape& s, const std::vector<float>& values) {
+  device_tensor t(s);
+  REQUIRE(values.size() == t.numel());
+  if (!values.empty()) strata::cuda::copy(t.data(), values.data(), values.size() * sizeof(float));
+  return t;
+}
+
+template <class T>
+std::vector<T> read(const T* device, std::size_t n) {
+  std::vector<T> h(n);
+  if (n != 0) strata::cuda::copy(h.data(), device, n * sizeof(T));
+  return h;
+}
+template <class T>
+std::vector<T> read(const strata::tensor<T, strata::cuda>& t) {
+  return read(t.data(), t.numel());
+}
+template <class T>
+std::vector<T> values_of(const strata::tensor<T>& t) {
+  return {t.data(), t.data() + t.numel()};
+}
+std::vector<float> grads_of(const strata::param<float>& p) { return read(p.grad(), p.numel()); }
+std::vector<float> host_grads(const strata::param<float>& p) { return {p.grad(), p.grad() + p.numel()}; }
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+// |a - b| <= tol, with the index and both values in the failure message.
+void require_close(const char* what, std::size_t i, double a, double b, double tol) {
+  if (std::abs(a - b) <= tol) return;
+  INFO(what << "[" << i << "]: device " << a << ", host " << b << ", tolerance " << tol);
+  REQUIRE(std::abs(a - b) <= tol);
+}
+
+// Normwise: max |device - host| <= rel * max |host|. For results of chains of GEMMs
+// (attention, the whole model), where a componentwise bound would need every
+// intermediate's magnitudes: each fp32 dot product of K terms is within K u of its
+// sum of |terms| whatever the order, so two orders differ by 2 K u (< 8e-6 for the K <= 64
+// here) per GEMM of the chain, relative to magnitudes that the random data keep within a
+// small factor of the result's largest element.
+void check_normwise(const std::vector<float>& device, const std::vector<float>& host, double rel,
+                    std::string_view what) {
+  REQUIRE(device.size() == host.size());
+  double scale = 0.0, worst = 0.0;
+  std::size_t at = 0;
+  for (const float h : host) scale = std::max(scale, std::abs(static_cast<double>(h)));
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    const double e = std::abs(static_cast<double>(device[i]) - host[i]);
+    if (e > worst) worst = e, at = i;
+  }
+  INFO(what << ": max |device - host| " << worst << " at " << at << ", max |host| " << scale);
+  // STRATA_TEST_VERBOSE=1 prints how much of the tolerance each comparison used.
+  if (std::getenv("STRATA_TEST_VERBOSE"))
+    std::printf("%-36s max |diff| / max |value| = %.2e (tolerance %.0e)\n", std::string(what).c_str(),
+                worst / std::max(scale, 1e-30), rel);
+  CHECK(worst <= rel * std::max(scale, 1e-30));
+}
+
+// Storage for params in both spaces: every param of a host aggregate and of its device
+// copy (the same fields, in the same order) gets the same values and starting gradients.
+struct param_pair_store {
+  std::deque<std::vector<float>> host_blocks;
+  std::deque<strata::cuda_buffer<float>> device_blocks;
+
+  void bind(strata::param<float>& h, strata::param<float>& d, const std::vector<float>& values,
+            const std::vector<float>& grads) {
+    if (h.numel() == 0) {
+      h.data_ptr = h.grad_ptr = d.data_ptr = d.grad_ptr = nullptr;
+      return;
+    }
+    auto& hv = host_blocks.emplace_back(values);
+    auto& hg = host_blocks.emplace_back(grads);
+    h.data_ptr = hv.data();
+    h.grad_ptr = hg.data();
+    auto& dv = device_blocks.emplace_back(h.numel());
+    auto& dg = device_blocks.emplace_back(h.numel());
+    strata::cuda::copy(dv.data(), values.data(), dv.bytes());
+    strata::cuda::copy(dg.data(), grads.data(), dg.bytes());
+    d.data_ptr = dv.data();
+    d.grad_ptr = dg.data();
+  }
+
+  // Every param of `host` and `device` (copies of one aggregate): random values in
+  // +-scale, and non-zero starting gradients when asked (backward must add to them).
+  template <class A>
+  std::vector<std::pair<strata::param<float>*, strata::param<float>*>> bind_all(A& host, A& device, std::mt19937& rng,
+                                                                                float scale, bool grads) {
+    std::vector<strata::param<float>*> hs, ds;
+    strata::for_each_param(host, [&](strata::param<float>& p, std::string_view name) {
+      p.name.assign(name);
+      hs.push_back(&p);
+    });
+    strata::for_each_param(device, [&](strata::param<float>& p, std::string_view name) {
+      p.name.assign(name);
+      ds.push_back(&p);
+    });
+    REQUIRE(hs.size() == ds.size());
+    std::vector<std::pair<strata::param<float>*, strata::param<float>*>> pairs;
+    for (std::size_t k = 0; k < hs.size(); ++k) {
+      const auto n = hs[k]->numel();
+      bind(*hs[k], *ds[k], random_values(n, rng, -scale, scale),
+           grads ? random_values(n, rng) : std::vector<float>(n, 0.0f));
+      pairs.emplace_back(hs[k], ds[k]);
+    }
+    return pairs;
+  }
+};
+
+// One layer's forward and backward on both spaces from the same input and dy; the host
+// context gets `host_targets` and the device one the same values, when given.
+template <class Layer>
+struct pair_run {
+  host_tensor hx, hy, hdy, hdx, ht;
+  device_tensor dx_in, dy_out, ddy, ddx, dt;
+  typename Layer::template cache<strata::host> hc;
+  typename Layer::template cache<strata::cuda> dc;
+
+  void run(const Layer& h_layer, Layer& h_mut, const Layer& d_layer, Layer& d_mut, host_ctx& hctx, device_env& denv,
+           const shape& in_shape, const std::vector<float>& x, const std::vector<float>& dy) {
+    hx = host_of(in_shape, x);
+    h_layer.forward(hctx, hx, hy, hc);
+    hdy = host_of(hy.shape(), dy);
+    h_mut.backward(hctx, hdy, hdx, hc);
+    dx_in = device_of(in_shape, x);
+    d_layer.forward(denv.ctx, dx_in, dy_out, dc);
+    ddy = device_of(dy_out.shape(), dy);
+    d_mut.backward(denv.ctx, ddy, ddx, dc);
+    denv.synchronize();
+    REQUIRE(dy_out.shape() == hy.shape());
+    REQUIRE(ddx.shape() == hdx.shape());
+  }
+};
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const strata::error& e) {
+    return e.what();
+  }
+  return "(no strata::error)";
+}
+
+}  // namespace
+
+TEST_CASE("layer_norm: statistics, output and gradients match the host") {
+  // Rows wider than the block (256) and narrower; a mean far from zero tests the two-pass
+  // variance.
+  for (const std::int64_t d : {40, 600}) {
+    INFO("dim " << d);
+    std::mt19937 rng(41);
+    const std::int64_t rows = 3 * 7;
+    nn::layer_norm h = nn::make_layer_norm(static_cast<int>(d)), dl = h;
+    param_pair_store store;
+    store.bind_all(h, dl, rng, 1.0f, true);
+    auto x = random_values(rows * d, rng, -2.0f, 2.0f);
+    for (std::int64_t j = 0; j < d; ++j) x[j] += 50.0f;  // row 0: |mean| >> std
+    const auto dy = random_values(rows * d, rng);
+    host_ctx hctx;
+    device_env denv;
+    pair_run<nn::layer_norm> r;
+    r.run(h, h, dl, dl, hctx, denv, shape{3, 7, d}, x, dy);
+
+    // mean and rstd are double sums (in another order) rounded to float: equal unless a
+    // sum lands within 2^-29 relative of a rounding boundary, so 1 ulp (2u) at most.
+    const auto mean = read(r.dc.mean), rstd = read(r.dc.rstd);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      require_close("mean", i, mean[i], r.hc.mean[i], 2 * u * std::abs(r.hc.mean[i]));
+      require_close("rstd", i, rstd[i], r.hc.rstd[i], 2 * u * std::abs(r.hc.rstd[i]));
+    }
+    const bool same_stats = same_bits(mean, values_of(r.hc.mean)) && same_bits(rstd, values_of(r.hc.rstd));
+    const auto y = read(r.dy_out), dxv = read(r.ddx);
+    const float* w = h.weight.data();
+    const float* b = h.bias.data();
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const double m = r.hc.mean[i], rs = r.hc.rstd[i];
+      // g = dy w and the row means a = mean(g), bb = mean(g xhat), as the host forms them.
+      double a = 0.0, bb = 0.0;
+      for (std::int64_t j = 0; j < d; ++j) {
+        const double g = static_cast<double>(dy[i * d + j]) * w[j];
+        a += g;
+        bb += g * (x[i * d + j] - m) * rs;
+      }
+      a /= static_cast<double>(d);
+      bb /= static_cast<double>(d);
+      for (std::int64_t j = 0; j < d; ++j) {
+        const auto k = static_cast<std::size_t>(i * d + j);
+        const double xm = std::abs(x[k] - m);
+        // y = ((x - m) rs) w + b: a last-bit change of m moves x - m by 2u |m|, one of rs
+        // the product by 2u; the three roundings that follow add 2u |y| each way.
+        require_close("y", k, y[k], r.hy[k], 8 * u * (std::abs(w[j]) * rs * (xm + std::abs(m)) + std::abs(r.hy[k])));
+        // dx = rs (g - a - (x - m) rs bb): every term a last-bit change of m, rs, a or bb
+        // can move, by 2u each, with room for the roundings after them.
+        const double terms = rs * (std::abs(dy[k] * w[j]) + std::abs(a) + (xm + std::abs(m)) * rs * std::abs(bb));
+        require_close("dx", k, dxv[k], r.hdx[k], 16 * u * (terms + std::abs(r.hdx[k])));
+      }
+    }
+    // The column sums run in the host's order, in double, over the same float terms (the
+    // same bits when the statistics are): bias.grad always, weight.grad given equal stats.
+    CHECK(same_bits(grads_of(dl.bias), host_grads(h.bias)));
+    if (same_stats) {
+      CHECK(same_bits(y, values_of(r.hy)));
+      CHECK(same_bits(grads_of(dl.weight), host_grads(h.weight)));
+    } else {
+      check_normwise(grads_of(dl.weight), host_grads(h.weight), 1e-6, "layer_norm weight.grad");
+    }
+  }
+}
+
+TEST_CASE("embedding: gather and scatter-add give the host's bits, dx is zeros") {
+  std::mt19937 rng(43);
+  const std::int64_t vocab = 37, d = 300, B = 4, S = 9;  // d above the block size
+  nn::embedding h = nn::make_embedding(static_cast<int>(vocab), static_cast<int>(d)), dl = h;
+  param_pair_store store;
+  store.bind_all(h, dl, rng, 1.0f, true);
+  // Few ids over many tokens: rows repeat, so the scatter must add in token order.
+  auto ids = random_ids(B * S, 5, rng);
+  ids[7] = static_cast<float>(vocab - 1);
+  const auto dy = random_values(B * S * d, rng);
+  host_ctx hctx;
+  device_env denv;
+  pair_run<nn::embedding> r;
+  r.run(h, h, dl, dl, hctx, denv, shape{B, S}, ids, dy);
+  CHECK(same_bits(read(r.dy_out), values_of(r.hy)));
+  CHECK(same_bits(read(r.ddx), values_of(r.hdx)));
+  CHECK(same_bits(grads_of(dl.weight), host_grads(h.weight)));
+}
+
+TEST_CASE("embedding and vocab_parallel_embedding: a bad id throws the host's error") {
+  std::mt19937 rng(47);
+  const std::int64_t vocab = 20, d = 8, n = 30;
+  nn::embedding e = nn::make_embedding(static_cast<int>(vocab), static_cast<int>(d)), de = e;
+  sp::vocab_parallel_embedding v = sp::make_vocab_parallel_embedding(20, 8, 0, 1), dv = v;
+  param_pair_store store;
+  store.bind_all(e, de, rng, 1.0f, false);
+  store.bind_all(v, dv, rng, 1.0f, false);
+  auto ids = random_ids(n, vocab, rng);
+  ids[25] = -1.0f;
+  ids[12] = 3.5f;  // the first bad position: both sides name position 12
+  ids[17] = static_cast<float>(vocab);
+  host_ctx hctx;
+  device_env denv;
+  const host_tensor hids = host_of({n}, ids);
+  const device_tensor dids = device_of({n}, ids);
+  host_tensor hy;
+  device_tensor dy;
+  {
+    nn::embedding::cache<> hc;
+    nn::embedding::cache<strata::cuda> dc;
+    const auto host_message = error_of([&] { e.forward(hctx, hids, hy, hc); });
+    const auto device_message = error_of([&] { de.forward(denv.ctx, dids, dy, dc); });
+    CHECK(device_message == host_message);
+    CHECK(device_message.find("token id 3.5 at position 12 is out of range for vocab 20") != std::string::npos);
+  }
+  {
+    sp::vocab_parallel_embedding::cache<> hc;
+    sp::vocab_parallel_embedding::cache<strata::cuda> dc;
+    const auto host_message = error_of([&] { v.forward(hctx, hids, hy, hc); });
+    const auto device_message = error_of([&] { dv.forward(denv.ctx, dids, dy, dc); });
+    CHECK(device_message == host_message);
+    CHECK(device_message.find("vocab_parallel_embedding: token id 3.5 at position 12") != std::string::npos);
+  }
+  // The stream is still usable, and good ids run.
+  ids[12] = ids[17] = ids[25] = 0.0f;
+  const device_tensor good = device_of({n}, ids);
+  nn::embedding::cache<strata::cuda> dc;
+  de.forward(denv.ctx, good, dy, dc);
+  denv.synchronize();
+  CHECK(dy.numel() == static_cast<std::size_t>(n * d));
+}
+
+TEST_CASE("position_embedding: the host's bits forward and backward") {
+  std::mt19937 rng(53);
+  const std::int64_t max_seq = 16, d = 24, B = 5, S = 11;
+  nn::position_embedding h = nn::make_position_embedding(static_cast<int>(max_seq), static_cast<int>(d)), dl = h;
+  param_pair_store store;
+  store.bind_all(h, dl, rng, 1.0f, true);
+  const auto x = random_values(B * S * d, rng), dy = random_values(B * S * d, rng);
+  host_ctx hctx;
+  device_env denv;
+  pair_run<nn::position_embedding> r;
+  r.run(h, h, dl, dl, hctx, denv, shape{B, S, d}, x, dy);
+  CHECK(same_bits(read(r.dy_out), values_of(r.hy)));
+  CHECK(same_bits(read(r.ddx), values_of(r.hdx)));
+  // Column sums over the batch in the host's order, in double.
+  CHECK(same_bits(grads_of(dl.weight), host_grads(h.weight)));
+}
+
+TEST_CASE("column_ and row_parallel_linear at tp = 1 match the host") {
+  std::mt19937 rng(59);
+  const std::int64_t in = 48, out = 40, B = 3, S = 5;
+  for (const bool bias : {true, false}) {
+    INFO("bias: " << bias);
+    host_ctx hctx;
+    device_env denv;
+    {
+      sp::column_parallel_linear h = sp::make_column_parallel_linear(in, out, 0, 1, bias), dl = h;
+      param_pair_store store;
+      store.bind_all(h, dl, rng, 0.5f, true);
+      pair_run<sp::column_parallel_linear> r;
+      r.run(h, h, dl, dl, hctx, denv, shape{B, S, in}, random_values(B * S * in, rng), random_values(B * S * out, rng));
+      // One GEMM each, K <= 48: see check_normwise.
+      check_normwise(read(r.dy_out), values_of(r.hy), 1e-5, "column_parallel y");
+      check_normwise(read(r.ddx), values_of(r.hdx), 1e-5, "column_parallel dx");
+      check_normwise(grads_of(dl.weight), host_grads(h.weight), 1e-5, "column_parallel weight.grad");
+      if (bias) CHECK(same_bits(grads_of(dl.bias), host_grads(h.bias)));
+    }
+    {
+      sp::row_parallel_linear h = sp::make_row_parallel_linear(in, out, 0, 1, bias), dl = h;
+      param_pair_store store;
+      store.bind_all(h, dl, rng, 0.5f, true);
+      pair_run<sp::row_parallel_linear> r;
+      r.run(h, h, dl, dl, hctx, denv, shape{B, S, in}, random_values(B * S * in, rng), random_values(B * S * out, rng));
+      check_normwise(read(r.dy_out), values_of(r.hy), 1e-5, "row_parallel y");
+      check_normwise(read(r.ddx), values_of(r.hdx), 1e-5, "row_parallel dx");
+      check_normwise(grads_of(dl.weight), host_grads(h.weight), 1e-5, "row_parallel weight.grad");
+      if (bias) CHECK(same_bits(grads_of(dl.bias), host_grads(h.bias)));
+    }
+  }
+}
+
+TEST_CASE("tensor-parallel block moves and the row-parallel bias give the host's bits") {
+  // The steps a layer takes only at tp > 1 (all_gather's blocks into features, a rank's
+  // columns of dy, the bias after the all-reduce): pure moves and one float add each.
+  std::mt19937 rng(61);
+  const int p = 3, k = 1;
+  const std::int64_t rows = 7, cols = 300;
+  const auto blocks = random_values(p * rows * cols, rng), bias = random_values(cols, rng);
+  host_ctx hctx;
+  device_env denv;
+  host_tensor hy({rows, p * cols}), hb({rows, cols}), hsum = host_of({rows, cols}, blocks);
+  const host_tensor hblocks = host_of({p, rows, cols}, blocks), hbias = host_of({cols}, bias);
+  device_tensor dy({rows, p * cols}), db({rows, cols}), dsum = device_of({rows, cols}, std::vector<float>(blocks.begin(), blocks.begin() + rows * cols));
+  const device_tensor dblocks = device_of({p, rows, cols}, blocks), dbias = device_of({cols}, bias);
+  strata::detail::concat_blocks(hctx, hblocks.data(), p, rows, cols, hy.data());
+  strata::detail::take_block(hctx, hy.data(), p, k, rows, cols, hb.data());
+  strata::detail::add_bias(hctx, rows, cols, hbias.data(), hsum.data());
+  strata::detail::concat_blocks(denv.ctx, dblocks.data(), p, rows, cols, dy.data());
+  strata::detail::take_block(denv.ctx, dy.data(), p, k, rows, cols, db.data());
+  strata::detail::add_bias(denv.ctx, rows, cols, dbias.data(), dsum.data());
+  denv.synchronize();
+  CHECK(same_bits(read(dy), values_of(hy)));
+  CHECK(same_bits(read(db), values_of(hb)));
+  CHECK(same_bits(read(dsum), values_of(hsum)));
+  // take_block undoes concat_blocks for block k.
+  CHECK(same_bits(values_of(hb), std::vector<float>(blocks.begin() + k * rows * cols,
+                                                    blocks.begin() + (k + 1) * rows * cols)));
+}
+
+TEST_CASE("vocab_parallel_cross_entropy at tp = 1: loss, caches and gradient match the host") {
+  for (const std::int64_t vocab : {50, 1000}) {  // classes below and above the block size
+    INFO("vocab " << vocab);
+    std::mt19937 rng(67);
+    const std::int64_t B = 4, S = 6, rows = B * S;
+    const auto x = random_values(rows * vocab, rng, -8.0f, 8.0f);
+    const auto t = random_ids(rows, vocab, rng);
+    const std::vector<float> dy = {0.75f};  // a loss scale, as the trainer seeds backward
+    sp::vocab_parallel_cross_entropy h = sp::make_vocab_parallel_cross_entropy(static_cast<int>(vocab), 0, 1), dl = h;
+    host_ctx hctx;
+    device_env denv;
+    pair_run<sp::vocab_parallel_cross_entropy> r;
+    r.ht = host_of({B, S}, t);
+    r.dt = device_of({B, S}, t);
+    hctx.set_targets(&r.ht);
+    denv.ctx.set_targets(&r.dt);
+    r.run(h, h, dl, dl, hctx, denv, shape{B, S, vocab}, x, dy);
+    // A mean of double row losses in another order, far below float resolution; 1e-6
+    // allows a last-bit difference in the float result.
+    require_close("loss", 0, read(r.dy_out)[0], r.hy[0], 1e-6 * std::abs(r.hy[0]));
+    // The row max is exact, the target copied.
+    CHECK(same_bits(read(r.dc.row_max), values_of(r.hc.row_max)));
+    CHECK(same_bits(read(r.dc.target), values_of(r.hc.target)));
+    // log(sum exp) in double, rounded to float: the sums' order may move the last bit.
+    const auto ls = read(r.dc.log_sum);
+    for (std::size_t i = 0; i < ls.size(); ++i)
+      require_close("log_sum", i, ls[i], r.hc.log_sum[i], 2 * u * std::abs(r.hc.log_sum[i]));
+    // dx = s exp(a) (- s at the target), a = (x - m) - l, s = dy / rows: as in the
+    // softmax_cross_entropy test (nn_layers.cu), l's last bit and each side's exp (2 ulp).
+    const auto dxv = read(r.ddx);
+    const double s = dy[0] / static_cast<double>(rows);
+    for (std::size_t i = 0; i < dxv.size(); ++i) {
+      const auto row = i / static_cast<std::size_t>(vocab);
+      const double l = r.hc.log_sum[row], a = (x[i] - r.hc.row_max[row]) - l;
+      require_close("dx", i, dxv[i], r.hdx[i], (4 * u * (std::abs(l) + std::abs(a)) + 16 * u) * (std::abs(r.hdx[i]) + s));
+    }
+  }
+}
+
+TEST_CASE("vocab_parallel_cross_entropy: a bad target throws the host's error before any collective") {
+  std::mt19937 rng(71);
+  const std::int64_t rows = 40, vocab = 9;
+  const auto x = random_values(rows * vocab, rng);
+  std::vector<float> t(rows, 1.0f);
+  t[23] = 2.5f;
+  t[11] = static_cast<float>(vocab);  // the first bad row
+  const sp::vocab_parallel_cross_entropy layer = sp::make_vocab_parallel_cross_entropy(9, 0, 1);
+  host_ctx hctx;
+  device_env denv;
+  const host_tensor hx = host_of({rows, vocab}, x), ht = host_of({rows}, t);
+  const device_tensor dx_in = device_of({rows, vocab}, x), dt = device_of({rows}, t);
+  hctx.set_targets(&ht);
+  denv.ctx.set_targets(&dt);
+  host_tensor hy;
+  device_tensor dy;
+  sp::vocab_parallel_cross_entropy::cache<> hc;
+  sp::vocab_parallel_cross_entropy::cache<strata::cuda> dc;
+  const auto host_message = error_of([&] { layer.forward(hctx, hx, hy, hc); });
+  const auto device_message = error_of([&] { layer.forward(denv.ctx, dx_in, dy, dc); });
+  CHECK(device_message == host_message);
+  CHECK(device_message.find("target 9 at row 11 is not a class id in [0, 9)") != std::string::npos);
+}
+
+TEST_CASE("causal_self_attention: forward and backward match the host") {
+  // Batch below and above the head count: the device batches its GEMMs over heads in the
+  // first case and over batch rows in the second.
+  struct case_t {
+    std::int64_t B, S, D, heads;
+  };
+  for (const auto& c : {case_t{2, 12, 32, 4}, case_t{6, 9, 24, 2}}) {
+    INFO("B " << c.B << " S " << c.S << " D " << c.D << " heads " << c.heads);
+    std::mt19937 rng(73);
+    nn::causal_self_attention h =
+        nn::make_causal_self_attention(static_cast<int>(c.D), static_cast<int>(c.heads)), dl = h;
+    param_pair_store store;
+    store.bind_all(h, dl, rng, 0.3f, true);
+    const auto n = static_cast<std::size_t>(c.B * c.S * c.D);
+    const auto x = random_values(n, rng), dy = random_values(n, rng);
+    host_ctx hctx;
+    device_env denv;
+    pair_run<nn::causal_self_attention> r;
+    r.run(h, h, dl, dl, hctx, denv, shape{c.B, c.S, c.D}, x, dy);
+    // Chains of up to five GEMMs (K <= 3 D = 96 in the qkv weight gradient) with a softmax
+    // (exp within 2 ulp on each side) between: each step adds at most ~2 K u < 1.2e-5 of
+    // its magnitudes (see check_normwise); 1e-4 normwise leaves room for a few steps at
+    // once and is far below what a wrong mask, stride or transpose gives (order 1e-1).
+    constexpr double rel = 1e-4;
+    check_normwise(read(r.dc.probs), values_of(r.hc.probs), rel, "attention probs");
+    check_normwise(read(r.dy_out), values_of(r.hy), rel, "attention y");
+    check_normwise(read(r.ddx), values_of(r.hdx), rel, "attention dx");
+    check_normwise(grads_of(dl.qkv.weight), host_grads(h.qkv.weight), rel, "attention qkv.weight.grad");
+    check_normwise(grads_of(dl.qkv.bias), host_grads(h.qkv.bias), rel, "attention qkv.bias.grad");
+    check_normwise(grads_of(dl.proj.weight), host_grads(h.proj.weight), rel, "attention proj.weight.grad");
+    check_normwise(grads_of(dl.proj.bias), host_grads(h.proj.bias), rel, "attention proj.bias.grad");
+    // The mask: every probability above the diagonal is exactly 0, every row sums to 1.
+    const auto probs = read(r.dc.probs);
+    for (std::int64_t m = 0; m < c.B * c.heads; ++m)
+      for (std::int64_t i = 0; i < c.S; ++i) {
+        double sum = 0.0;
+        for (std::int64_t j = 0; j < c.S; ++j) {
+          const float v = probs[static_cast<std::size_t>((m * c.S + i) * c.S + j)];
+          if (j > i) REQUIRE(v == 0.0f);
+          sum += v;
+        }
+        require_close("row sum", static_cast<std::size_t>(m * c.S + i), sum, 1.0, 1e-5);
+      }
+  }
+}
+
+namespace {
+
+// The gpt example's model through the trainer's layer table, one micro-batch: the loss
+// and every param's gradient.
+template <class Ctx>
+struct gpt_pass {
+  using tensor_t = strata::tensor<float, typename Ctx::space_type>;
+  std::vector<strata::detail::layer_entry<Ctx>> table;
+  std::vector<tensor_t> acts, dacts;
+  tensor_t targets, seed;
+
+  explicit gpt_pass(gpt::model& m) : table(strata::detail::make_layer_table<Ctx>(m, 1)) {
+    acts.resize(table.size() + 1);
+    dacts.resize(table.size() + 1);
+  }
+  void run(Ctx& ctx, const strata::batch<>& b) {
+    copy_in(b.inputs, acts[0]);
+    copy_in(b.targets, targets);
+    copy_in(host_of({1}, {1.0f}), seed);
+    ctx.set_targets(&targets);
+    for (std::size_t l = 0; l < table.size(); ++l) table[l].run_forward(ctx, acts[l], acts[l + 1], 0);
+    REQUIRE(acts.back().numel() == 1);
+    for (std::size_t l = table.size(); l-- > 0;)
+      table[l].run_backward(ctx, l + 1 == table.size() ? seed : dacts[l + 1], dacts[l], 0);
+  }
+  static void copy_in(const host_tensor& from, tensor_t& to) {
+    to.resize(from.shape());
+    if (from.numel() != 0) strata::cuda::copy(to.data(), from.data(), from.numel() * sizeof(float));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("gpt model: the device's loss and gradients match the host's, the same bits run to run") {
+  const gpt::config cfg{48, 10, 32, 4, 2};  // vocab, seq, dim, heads, layers
+  gpt::model hm = gpt::make_model(cfg), dm = gpt::make_model(cfg);
+  std::mt19937 rng(79);
+  param_pair_store store;
+  const auto params = store.bind_all(hm, dm, rng, 0.2f, false);
+  gpt::synthetic_tokens data(cfg, 5);
+  strata::batch<> b;
+  data.fill(0, 6, b);
+
+  host_ctx hctx;
+  device_env denv;
+  gpt_pass<host_ctx> hp(hm);
+  gpt_pass<device_ctx> dp(dm);
+  hp.run(hctx, b);
+  dp.run(denv.ctx, b);
+  denv.synchronize();
+  const float host_loss = hp.acts.back()[0], device_loss = read(dp.acts.back())[0];
+  // Every layer's differences (see the layer tests) pass through the rest of the model;
+  // the loss is a mean over rows, which averages them: 1e-5 relative is the tolerance the
+  // tensor-parallel tests allow between layouts, whose sums are split differently too.
+  require_close("loss", 0, device_loss, host_loss, 1e-5 * std::abs(host_loss));
+  // Gradients pass back through every layer: 1e-4 of each tensor's largest element, as
+  // for attention alone.
+  std::vector<std::vector<float>> first;
+  for (const auto& [h, d] : params) {
+    first.push_back(grads_of(*d));
+    check_normwise(first.back(), host_grads(*h), 1e-4, h->name + " grad");
+  }
+
+  // A second pass from zero gradients: the same bits, and no device allocation (every
+  // cache tensor keeps its storage).
+  for (const auto& [h, d] : params) strata::cuda::zero(d->grad(), d->numel() * sizeof(float));
+  const auto allocations = strata::cuda::counters().allocations.load();
+  dp.run(denv.ctx, b);
+  denv.synchronize();
+  CHECK(strata::cuda::counters().allocations.load() == allocations);
+  CHECK(read(dp.acts.back())[0] == device_loss);
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    INFO(params[k].second->name);
+    // The first pass started from zero gradients too (bind_all without grads).
+    CHECK(same_bits(grads_of(*params[k].second), first[k]));
+  }
+}
