@@ -1,50 +1,19 @@
 // examples/gpt: a small decoder-only transformer trained on a synthetic token stream on a
 // tensor x data x pipeline grid, with any ZeRO stage and pipeline schedule.
 //   mpiexec -n 4 gpt --tp 2 --pp 2 --zero 1 --schedule 1f1b --micro-batches 4 --steps 10 --report r.json
+//   mpiexec -n 2 gpt --device cuda --tp 2 --zero 1   (one GPU per process; pp 1 on GPUs so far)
 #include <cstdio>
 #include <strata/strata.hpp>
 
-#include "../common/args.hpp"
-#include "../common/config.hpp"
-#include "../common/loop.hpp"
-#include "model.hpp"
-
-namespace {
-
-template <class Sharding, class Schedule>
-int run(strata::environment& env, const gpt::config& model, int tp, int pp, const examples::loop_options& lo,
-        const strata::trainer_options& opts, const examples::config_choice& cc) {
-  strata::grid g(env.world(), {.tensor = tp, .pipeline = pp});
-  const int dp = g.dp_size();
-  lo.validate(dp, opts.micro_batches);
-  strata::trainer<gpt::model, strata::host, Sharding, strata::adamw, strata::fp32, Schedule> tr(
-      g, gpt::make_model(model, g.tp_rank(), g.tp_size()), opts, cc.optimizer<strata::adamw>());
-  gpt::synthetic_tokens data(model, lo.seed);
-  const long local = lo.batch / dp;
-  const auto r = examples::train_loop(tr, lo, env.rank(), [&](long step, strata::batch<>& b) {
-    data.fill(static_cast<std::uint64_t>(step * lo.batch + g.dp_rank() * local), local, b);
-  });
-  // The pipeline's idle fraction, averaged over ranks.
-  double fraction = r.step_seconds > 0 ? r.idle_seconds / r.step_seconds : 0;
-  env.world().all_reduce(std::span<double>(&fraction, 1), strata::reduce_op::avg);
-  if (env.rank() == 0) {
-    std::printf("final loss %.6f  weights_hash %s  tp %d dp %d pp %d  %s/%s  idle %.3f  params %zu\n",
-                static_cast<double>(r.last.loss), r.hash.c_str(), tp, dp, pp, Sharding::name, Schedule::name, fraction,
-                r.master.size());
-    auto j = examples::base_report(tr, r);
-    j["pipeline_idle_fraction"] = fraction;
-    j["layout"] = {{"tp", tp}, {"dp", dp}, {"pp", pp}, {"zero", Sharding::name}, {"schedule", Schedule::name}};
-    examples::write_report(lo.report, j);
-  }
-  return 0;
-}
-
-}  // namespace
+#include "run.hpp"
 
 int main(int argc, char** argv) {
   strata::environment env(argc, argv);
   try {
     examples::args a(argc, argv, {"offload", "quiet"});
+    const std::string device = a.str("device", "cpu");
+    strata::expects<strata::config_error>(device == "cpu" || device == "cuda",
+                                          [&] { return "--device " + device + " is not one of cpu, cuda"; });
     examples::loop_options lo;
     lo.read(a, 10, 8);
     strata::runtime_policies pol;
@@ -70,8 +39,10 @@ int main(int argc, char** argv) {
     strata::expects<strata::config_error>(pol.optimizer == "adamw" && pol.precision == "fp32", [&] {
       return strata::detail::cat("gpt trains with AdamW in fp32; the config asks for ", pol.optimizer, " in ", pol.precision);
     });
+    const gpt::run_args ra{env, model, tp, pp, lo, opts, cc, pol};
+    if (device == "cuda") return gpt::run_cuda(ra);
     return strata::dispatch_sharding_schedule(pol, [&](auto s, auto sc) {
-      return run<typename decltype(s)::type, typename decltype(sc)::type>(env, model, tp, pp, lo, opts, cc);
+      return gpt::run<strata::host, typename decltype(s)::type, typename decltype(sc)::type>(ra);
     });
   } catch (const strata::error& e) {
     if (env.rank() == 0) std::fprintf(stderr, "gpt: error: %s\n", e.what());
