@@ -15,7 +15,6 @@ namespace strata::nn {
 
 struct embedding {
   param<float> weight;  // [vocab, dim]
-  [[no_unique_address]] nn::detail::reflection_pad pad{};  // no storage: lets nvcc reflect the layer
 
   template <class Space = host>
   struct cache {
