@@ -17,12 +17,6 @@
 #include <type_traits>
 #include <vector>
 
-// gelu holds no params, so the reflection has nothing to find inside it; it is declared
-// opaque because Boost.PFR 1.81 cannot count the fields of a one-field aggregate (gelu's
-// is its approximation) under nvcc 13, and run_cuda.cu reflects this model there.
-template <>
-struct strata::opaque_field<strata::nn::gelu> : std::true_type {};
-
 namespace gpt {
 
 struct config {

@@ -322,7 +322,6 @@ TEST_CASE("embedding: gather and scatter-add give the host's bits, dx is zeros")
   const std::int64_t vocab = 37, d = 300, B = 4, S = 9;  // d above the block size
   nn::embedding h = nn::make_embedding(static_cast<int>(vocab), static_cast<int>(d)), dl = h;
   param_pair_store store;
-  // nn::embedding's one field is not reflected here (see nn::detail::reflection_pad).
   store.bind_random(h.weight, dl.weight, rng, 1.0f, true);
   // Few ids over many tokens: rows repeat, so the scatter must add in token order.
   auto ids = random_ids(B * S, 5, rng);

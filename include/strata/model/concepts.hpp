@@ -12,6 +12,7 @@
 
 #include "../core/dtype.hpp"
 #include "param.hpp"
+#include "detail/fields.hpp"
 
 namespace strata {
 
@@ -159,8 +160,8 @@ consteval bool check_model_fields();
 template <bool Loud, class T>
 consteval bool check_fields() {
   return []<std::size_t... I>(std::index_sequence<I...>) {
-    return (check_member<Loud, boost::pfr::tuple_element_t<I, T>>() && ...);
-  }(std::make_index_sequence<boost::pfr::tuple_size_v<T>>{});
+    return (check_member<Loud, detail::field_t<I, T>>() && ...);
+  }(std::make_index_sequence<detail::field_count_v<T>>{});
 }
 
 // The whole check of an aggregate in role R. Nested `if constexpr`, not `&&`: each
@@ -223,8 +224,8 @@ consteval bool check_model_field() {
 template <bool Loud, class M>
 consteval bool check_model_fields() {
   return []<std::size_t... I>(std::index_sequence<I...>) {
-    return (check_model_field<Loud, boost::pfr::tuple_element_t<I, M>>() && ...);
-  }(std::make_index_sequence<boost::pfr::tuple_size_v<M>>{});
+    return (check_model_field<Loud, detail::field_t<I, M>>() && ...);
+  }(std::make_index_sequence<detail::field_count_v<M>>{});
 }
 
 template <bool Loud, class M>

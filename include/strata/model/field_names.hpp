@@ -10,6 +10,8 @@
 #include <utility>
 
 #include <boost/pfr.hpp>
+
+#include "detail/fields.hpp"
 #include <boost/version.hpp>
 
 #if BOOST_VERSION >= 108400
@@ -112,7 +114,7 @@ constexpr std::string_view field_in_signature(std::string_view s) {
 template <class T, std::size_t I>
 consteval std::string_view parsed_field_name() {
   // std::addressof, not &: nvcc's front end does not take & of the returned reference here.
-  constexpr auto* address = std::addressof(boost::pfr::get<I>(field_name_probe<T>.value));
+  constexpr auto* address = std::addressof(detail::field<I>(field_name_probe<T>.value));
   return field_in_signature(signature_with_field<field_address<decltype(address)>{address}>());
 }
 
@@ -138,7 +140,7 @@ constexpr bool is_identifier(std::string_view s) {
 
 template <class T>
 consteval auto compute_field_names() {
-  constexpr std::size_t n = boost::pfr::tuple_size_v<T>;
+  constexpr std::size_t n = detail::field_count_v<T>;
   if constexpr (declares_field_names<T>) {
     // A count that differs is reported by field_names(); unnamed fields stay empty.
     constexpr auto declared = declared_field_names<T>();
@@ -164,7 +166,7 @@ inline constexpr auto field_names_of = compute_field_names<T>();
 template <class T>
 consteval bool declared_count_matches() {
   if constexpr (declares_field_names<T>)
-    return declared_field_names<T>().size() == boost::pfr::tuple_size_v<T>;
+    return declared_field_names<T>().size() == detail::field_count_v<T>;
   else
     return true;
 }
@@ -184,7 +186,7 @@ consteval bool field_names_valid() {
 // The field names of the aggregate T (which must be reflectable by Boost.PFR; see
 // model/concepts.hpp), usable in constant expressions.
 template <class T>
-constexpr const std::array<std::string_view, boost::pfr::tuple_size_v<T>>& field_names() {
+constexpr const std::array<std::string_view, detail::field_count_v<T>>& field_names() {
   if constexpr (!detail::declared_count_matches<T>())
     static_assert(detail::declared_count_matches<T>(),
                   "strata: the type's static field_names must name every field, in declaration order");
@@ -192,8 +194,7 @@ constexpr const std::array<std::string_view, boost::pfr::tuple_size_v<T>>& field
     static_assert(detail::field_names_valid<T>(), "strata: the type's static field_names must be distinct identifiers");
   else
     static_assert(detail::field_names_valid<T>(),
-                  "strata: could not read this type's field names from the compiler (nvcc's front end cannot: "
-                  "reflect models in translation units that g++ or clang compile); or declare them on the type: "
+                  "strata: could not read this type's field names from the compiler; declare them on the type: "
                   "static constexpr std::array<std::string_view, N> field_names{\"a\", \"b\", ...};");
   return detail::field_names_of<T>;
 }

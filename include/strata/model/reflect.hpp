@@ -13,6 +13,7 @@
 #include "concepts.hpp"
 #include "field_names.hpp"
 #include "param.hpp"
+#include "detail/fields.hpp"
 
 namespace strata {
 namespace detail {
@@ -41,8 +42,8 @@ consteval bool holds_params() {
     return holds_params<range_element_t<U>>();
   else
     return []<std::size_t... I>(std::index_sequence<I...>) {
-      return (false || ... || holds_params<boost::pfr::tuple_element_t<I, U>>());
-    }(std::make_index_sequence<boost::pfr::tuple_size_v<U>>{});
+      return (false || ... || holds_params<detail::field_t<I, U>>());
+    }(std::make_index_sequence<detail::field_count_v<U>>{});
 }
 
 // path holds the dotted name of x on entry and is restored on exit; one string is
@@ -65,9 +66,9 @@ void walk_params(T& x, std::string& path, F& f) {
   } else {
     const std::size_t mark = path.size();
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((push_component(path, field_names<U>()[I]), walk_params(boost::pfr::get<I>(x), path, f), path.resize(mark)),
+      ((push_component(path, field_names<U>()[I]), walk_params(detail::field<I>(x), path, f), path.resize(mark)),
        ...);
-    }(std::make_index_sequence<boost::pfr::tuple_size_v<U>>{});
+    }(std::make_index_sequence<detail::field_count_v<U>>{});
   }
 }
 
@@ -122,8 +123,8 @@ void for_each_layer(M& m, F&& f) {
     std::string name;
     std::size_t index = 0;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (detail::visit_layer_field(boost::pfr::get<I>(m), field_names<A>()[I], name, index, f), ...);
-    }(std::make_index_sequence<boost::pfr::tuple_size_v<A>>{});
+      (detail::visit_layer_field(detail::field<I>(m), field_names<A>()[I], name, index, f), ...);
+    }(std::make_index_sequence<detail::field_count_v<A>>{});
   }
 }
 

@@ -13,7 +13,6 @@ namespace strata::nn {
 
 struct position_embedding {
   param<float> weight;  // [max_seq, dim]
-  [[no_unique_address]] nn::detail::reflection_pad pad{};  // no storage: lets nvcc reflect the layer
 
   template <class Space = host>
   struct cache {

@@ -1,6 +1,5 @@
 // What the nn/ layers need outside the host: the device_ops hook through which a layer
-// reaches a space's kernels, and the field that makes a one-param layer reflectable in a
-// CUDA translation unit.
+// reaches a space's kernels.
 #pragma once
 #include <cstdint>
 #include <source_location>
@@ -42,13 +41,5 @@ struct target_check {
   std::int64_t row = -1;
   float value = 0.0f;
 };
-
-// Boost.PFR 1.81 cannot count the fields of an aggregate with exactly one field under
-// nvcc 13's front end (its check that the first field is not a base fails to substitute),
-// so a layer whose only field is its weight could not be reflected, and so not trained,
-// from a .cu file. An empty second field (no storage, no params) avoids that case; it is
-// in position_embedding, which examples/gpt trains on GPUs. (nn::embedding keeps its one
-// field, which its tests pin: a model that reflects it needs the library-wide fix.)
-struct reflection_pad {};
 
 }  // namespace strata::nn::detail
