@@ -124,13 +124,13 @@ inline target_check read_flag(cudaStream_t stream, const unsigned long long* fla
                               std::int64_t n) {
   unsigned long long first_bad = 0;
   STRATA_CHECK_CUDA(cudaMemcpyAsync(&first_bad, flag, sizeof first_bad, cudaMemcpyDeviceToHost, stream));
-  STRATA_CHECK_CUDA(cudaStreamSynchronize(stream));
+  wait_stream(stream);  // not a hang if a peer failed
   target_check check;
   if (first_bad < static_cast<unsigned long long>(n)) [[unlikely]] {
     check.row = static_cast<std::int64_t>(first_bad);
     STRATA_CHECK_CUDA(
         cudaMemcpyAsync(&check.value, values + check.row, sizeof check.value, cudaMemcpyDeviceToHost, stream));
-    STRATA_CHECK_CUDA(cudaStreamSynchronize(stream));
+    wait_stream(stream);  // not a hang if a peer failed
   }
   return check;
 }
