@@ -84,10 +84,12 @@ loop_result train_loop(Trainer& tr, const loop_options& o, int world_rank, Fill&
   return r;
 }
 
-// The report keys every example writes; a program adds its own before write_report.
+// The report keys every example writes (the device among them); a program adds its own
+// before write_report.
 template <class Trainer>
 nlohmann::json base_report(Trainer& tr, const loop_result& r) {
   nlohmann::json j;
+  j["device"] = Trainer::space_type::name;
   j["final_loss"] = r.last.loss;
   j["losses"] = r.losses;
   j["weights_hash"] = r.hash;

@@ -6,6 +6,7 @@
 
 #include "../common/args.hpp"
 #include "../common/config.hpp"
+#include "../common/device.hpp"
 #include "../common/loop.hpp"
 #include "model.hpp"
 
@@ -38,21 +39,13 @@ int run(const run_args& a) {
                 Space::name, ranks, r.master.size());
     auto j = examples::base_report(tr, r);
     j["policy"] = {{"sharding", Sharding::name}, {"optimizer", Optimizer::name}, {"precision", Precision::name}};
-    j["device"] = Space::name;
     j["ranks"] = ranks;
     examples::write_report(a.lo.report, j);
   }
   return 0;
 }
 
-#if STRATA_EXAMPLE_HAS_CUDA
-// run_cuda.cu: selects this process's GPU by local rank and runs in strata::cuda.
-int run_cuda(const run_args& a);
-#else
-inline int run_cuda(const run_args&) {
-  throw strata::config_error(
-      "--device cuda: this build has no CUDA (configure with -DSTRATA_ENABLE_CUDA=ON where nvcc is found)");
-}
-#endif
+// --device cuda: run in strata::cuda, by run_cuda.cu (see examples/common/device.hpp).
+STRATA_EXAMPLE_RUN_CUDA(run_args);
 
 }  // namespace mlp

@@ -2,135 +2,33 @@
 // The nn layers in the CUDA space against the same layers on the host, on the same data:
 // linear (cuBLAS), relu, gelu (erf and tanh forms), softmax cross-entropy and mse, forward
 // and backward; the bad-target error; the same bits run to run; no allocation on reuse.
-#include <cublas_v2.h>
-
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <deque>
 #include <initializer_list>
 #include <random>
 #include <string>
-#include <strata/model/param.hpp>
 #include <strata/nn/detail/cuda_ops.cuh>
 #include <strata/nn/gelu.hpp>
 #include <strata/nn/linear.hpp>
 #include <strata/nn/mse.hpp>
 #include <strata/nn/relu.hpp>
 #include <strata/nn/softmax_cross_entropy.hpp>
-#include <strata/space/cuda.hpp>
-#include <strata/space/detail/cublas_check.hpp>
-#include <strata/train/context.hpp>
 #include <vector>
 
 #include "catch.hpp"
+#include "support/device_layers.hpp"
 
 namespace {
 
+using namespace strata_test;
 namespace nn = strata::nn;
-using strata::shape;
-using host_ctx = strata::context<strata::host, strata::self_comm>;
 using device_ctx = strata::context<strata::cuda, strata::self_comm>;
-using host_tensor = strata::tensor<float>;
-using device_tensor = strata::tensor<float, strata::cuda>;
-
-// The unit roundoff of float: every float operation is exact to within u relative.
-constexpr double u = 0x1p-24;
-
-// What a trainer gives the layers: a stream and a cuBLAS handle bound to it, in the
-// default math mode (no TF32: the GEMMs are fp32 throughout, as on the host).
-class device_executor {
- public:
-  device_executor() {
-    STRATA_CHECK_CUBLAS(cublasCreate(&blas_));
-    STRATA_CHECK_CUBLAS(cublasSetStream(blas_, stream_.get()));
-    STRATA_CHECK_CUBLAS(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
-  }
-  device_executor(const device_executor&) = delete;
-  device_executor& operator=(const device_executor&) = delete;
-  ~device_executor() { (void)cublasDestroy(blas_); }
-
-  strata::executor<strata::cuda> get() const { return {stream_.get(), blas_}; }
-  // The layers queue on a non-blocking stream, which cuda::copy's legacy-stream wait does
-  // not cover: wait for it before reading results.
-  void synchronize() const { stream_.synchronize(); }
-
- private:
-  strata::cuda_stream stream_;
-  cublasHandle_t blas_ = nullptr;
-};
 
 struct device_env {
   device_executor exec;
   device_ctx ctx;
   device_env() { ctx.set_exec(exec.get()); }
 };
-
-std::vector<float> random_values(std::size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
-host_tensor host_of(const shape& s, const std::vector<float>& values) {
-  host_tensor t(s);
-  REQUIRE(values.size() == t.numel());
-  std::copy(values.begin(), values.end(), t.data());
-  return t;
-}
-
-device_tensor device_of(const shape& s, const std::vector<float>& values) {
-  device_tensor t(s);
-  REQUIRE(values.size() == t.numel());
-  if (!values.empty()) strata::cuda::copy(t.data(), values.data(), values.size() * sizeof(float));
-  return t;
-}
-
-template <class T>
-std::vector<T> read(const T* device, std::size_t n) {
-  std::vector<T> h(n);
-  if (n != 0) strata::cuda::copy(h.data(), device, n * sizeof(T));
-  return h;
-}
-template <class T>
-std::vector<T> read(const strata::tensor<T, strata::cuda>& t) {
-  return read(t.data(), t.numel());
-}
-template <class T>
-std::vector<T> values_of(const strata::tensor<T>& t) {
-  return {t.data(), t.data() + t.numel()};
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-}
-
-// Device storage for params: each param of the device layer gets the host param's
-// values and starting gradients, so both layers start from the same state.
-struct device_params {
-  std::deque<strata::cuda_buffer<float>> blocks;
-  void bind(strata::param<float>& p, const std::vector<float>& values, const std::vector<float>& grads) {
-    if (p.numel() == 0) {
-      p.data_ptr = p.grad_ptr = nullptr;
-      return;
-    }
-    auto& d = blocks.emplace_back(p.numel());
-    auto& g = blocks.emplace_back(p.numel());
-    strata::cuda::copy(d.data(), values.data(), d.bytes());
-    strata::cuda::copy(g.data(), grads.data(), g.bytes());
-    p.data_ptr = d.data();
-    p.grad_ptr = g.data();
-  }
-};
-
-// |a - b| <= tol, with the index and both values in the failure message.
-void require_close(const char* what, std::size_t i, double a, double b, double tol) {
-  if (std::abs(a - b) <= tol) return;
-  INFO(what << "[" << i << "]: device " << a << ", host " << b << ", tolerance " << tol);
-  REQUIRE(std::abs(a - b) <= tol);
-}
 
 // A forward and backward of `layer` on both spaces from the same x and dy.
 struct elementwise_result {

@@ -4,14 +4,11 @@
 // tensor-parallel layers at tp = 1 (context with an nccl_comm of size 1) and their block
 // moves, forward and backward; bad ids and targets give the host's errors; the whole gpt
 // example model through the trainer's layer table; the same bits run to run.
-#include <cublas_v2.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <deque>
 #include <random>
 #include <string>
@@ -22,19 +19,14 @@
 
 #include "../../examples/gpt/model.hpp"
 #include "catch.hpp"
+#include "support/device_layers.hpp"
 
 namespace {
 
+using namespace strata_test;
 namespace nn = strata::nn;
 namespace sp = strata::parallel;
-using strata::shape;
-using host_ctx = strata::context<strata::host, strata::self_comm>;
 using device_ctx = strata::context<strata::cuda, strata::nccl_comm>;
-using host_tensor = strata::tensor<float>;
-using device_tensor = strata::tensor<float, strata::cuda>;
-
-// The unit roundoff of float: every float operation is exact to within u relative.
-constexpr double u = 0x1p-24;
 
 // One MPI session for the whole program: MPI cannot start again once finalized.
 strata::environment& env() {
@@ -42,26 +34,18 @@ strata::environment& env() {
   return e;
 }
 
-// What a trainer gives the layers: a stream and a cuBLAS handle bound to it in the
-// default math mode (no TF32), and the tensor-parallel NCCL communicator (size 1 here)
-// ordered against that stream.
+// What a trainer gives the layers: a stream and a cuBLAS handle bound to it (no TF32),
+// and the tensor-parallel NCCL communicator (size 1 here) ordered against that stream.
 struct device_env {
-  strata::cuda_stream stream;
-  cublasHandle_t blas = nullptr;
+  device_executor exec;
   strata::nccl_comm tp;
   device_ctx ctx;
-  device_env() : tp(make_comm(stream.get())) {
-    STRATA_CHECK_CUBLAS(cublasCreate(&blas));
-    STRATA_CHECK_CUBLAS(cublasSetStream(blas, stream.get()));
-    STRATA_CHECK_CUBLAS(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH));
-    ctx.set_exec({stream.get(), blas});
+  device_env() : tp(make_comm(exec.get().stream)) {
+    ctx.set_exec(exec.get());
     ctx.set_tp(&tp);
   }
-  device_env(const device_env&) = delete;
-  device_env& operator=(const device_env&) = delete;
-  ~device_env() { (void)cublasDestroy(blas); }
   // The layers queue on a non-blocking stream: wait for it before reading results.
-  void synchronize() const { stream.synchronize(); }
+  void synchronize() const { exec.synchronize(); }
 
  private:
   static strata::nccl_comm make_comm(cudaStream_t s) {
@@ -73,12 +57,6 @@ struct device_env {
   }
 };
 
-std::vector<float> random_values(std::size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
 std::vector<float> random_ids(std::size_t n, std::int64_t vocab, std::mt19937& rng) {
   std::uniform_int_distribution<std::int64_t> pick(0, vocab - 1);
   std::vector<float> v(n);
@@ -86,46 +64,8 @@ std::vector<float> random_ids(std::size_t n, std::int64_t vocab, std::mt19937& r
   return v;
 }
 
-host_tensor host_of(const shape& s, const std::vector<float>& values) {
-  host_tensor t(s);
-  REQUIRE(values.size() == t.numel());
-  std::copy(values.begin(), values.end(), t.data());
-  return t;
-}
-device_tensor device_of(const shape& s, const std::vector<float>& values) {
-  device_tensor t(s);
-  REQUIRE(values.size() == t.numel());
-  if (!values.empty()) strata::cuda::copy(t.data(), values.data(), values.size() * sizeof(float));
-  return t;
-}
-
-template <class T>
-std::vector<T> read(const T* device, std::size_t n) {
-  std::vector<T> h(n);
-  if (n != 0) strata::cuda::copy(h.data(), device, n * sizeof(T));
-  return h;
-}
-template <class T>
-std::vector<T> read(const strata::tensor<T, strata::cuda>& t) {
-  return read(t.data(), t.numel());
-}
-template <class T>
-std::vector<T> values_of(const strata::tensor<T>& t) {
-  return {t.data(), t.data() + t.numel()};
-}
 std::vector<float> grads_of(const strata::param<float>& p) { return read(p.grad(), p.numel()); }
 std::vector<float> host_grads(const strata::param<float>& p) { return {p.grad(), p.grad() + p.numel()}; }
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-}
-
-// |a - b| <= tol, with the index and both values in the failure message.
-void require_close(const char* what, std::size_t i, double a, double b, double tol) {
-  if (std::abs(a - b) <= tol) return;
-  INFO(what << "[" << i << "]: device " << a << ", host " << b << ", tolerance " << tol);
-  REQUIRE(std::abs(a - b) <= tol);
-}
 
 // Normwise: max |device - host| <= rel * max |host|, for results of GEMMs and chains of
 // them, where a componentwise bound would need every intermediate's magnitudes. Both
@@ -157,24 +97,19 @@ void check_normwise(const std::vector<float>& device, const std::vector<float>& 
 // copy (the same fields, in the same order) gets the same values and starting gradients.
 struct param_pair_store {
   std::deque<std::vector<float>> host_blocks;
-  std::deque<strata::cuda_buffer<float>> device_blocks;
+  device_params device;
 
   void bind(strata::param<float>& h, strata::param<float>& d, const std::vector<float>& values,
             const std::vector<float>& grads) {
+    device.bind(d, values, grads);
     if (h.numel() == 0) {
-      h.data_ptr = h.grad_ptr = d.data_ptr = d.grad_ptr = nullptr;
+      h.data_ptr = h.grad_ptr = nullptr;
       return;
     }
     auto& hv = host_blocks.emplace_back(values);
     auto& hg = host_blocks.emplace_back(grads);
     h.data_ptr = hv.data();
     h.grad_ptr = hg.data();
-    auto& dv = device_blocks.emplace_back(h.numel());
-    auto& dg = device_blocks.emplace_back(h.numel());
-    strata::cuda::copy(dv.data(), values.data(), dv.bytes());
-    strata::cuda::copy(dg.data(), grads.data(), dg.bytes());
-    d.data_ptr = dv.data();
-    d.grad_ptr = dg.data();
   }
 
   // One param of each side: random values in +-scale and, when asked, random starting

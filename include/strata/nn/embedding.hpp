@@ -13,6 +13,52 @@
 
 namespace strata::nn {
 
+namespace detail {
+
+// The host's scatter-add into the rows [lo, lo + local) of the vocabulary a weight holds
+// (all of it for nn::embedding, a rank's slice for parallel::vocab_parallel_embedding):
+// gw[id - lo] += g row t for every token t whose id is in range. Outside the templates.
+inline void embedding_scatter_add(std::int64_t n, std::int64_t d, std::int64_t lo, std::int64_t local, const float* ip,
+                                  const float* g, float* gw) {
+  // Repeated ids add into the same row, so threads split the columns, not the tokens:
+  // every element is summed in token order whatever the thread count.
+  constexpr std::int64_t block = 64;
+  const std::int64_t blocks = (d + block - 1) / block;
+#pragma omp parallel for schedule(static) if (n * d >= parallel_threshold && blocks > 1)
+  for (std::int64_t bj = 0; bj < blocks; ++bj) {
+    const std::int64_t j0 = bj * block, j1 = d < j0 + block ? d : j0 + block;
+    for (std::int64_t t = 0; t < n; ++t) {
+      const std::int64_t row = static_cast<std::int64_t>(ip[t]) - lo;
+      if (row < 0 || row >= local) continue;
+      float* wr = gw + row * d;
+      const float* gr = g + t * d;
+#pragma omp simd
+      for (std::int64_t j = j0; j < j1; ++j) wr[j] += gr[j];
+    }
+  }
+}
+
+// The backward of both embeddings in any space, for the rows [lo, lo + local) of the
+// vocabulary: grad[id - lo] += dy row for each token whose id is in range, and dx the
+// gradient for the ids, which are not differentiable: zeros of the ids' shape.
+template <class Ctx>
+void embedding_grad(Ctx& ctx, const tensor_for<Ctx>& ids, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx,
+                    std::int64_t d, std::int64_t lo, std::int64_t local, float* grad) {
+  const std::int64_t n = static_cast<std::int64_t>(ids.numel());
+  if constexpr (std::is_same_v<space_of<Ctx>, host>) {
+    (void)ctx;
+    dx.zeros(ids.shape());
+    embedding_scatter_add(n, d, lo, local, ids.data(), dy.data(), grad);
+  } else {
+    using ops = device_ops_for<space_of<Ctx>>;
+    dx.resize(ids.shape());
+    ops::fill_zero(ctx.exec(), dx.data(), n);
+    ops::embedding_backward(ctx.exec(), n, d, lo, local, ids.data(), dy.data(), grad);
+  }
+}
+
+}  // namespace detail
+
 struct embedding {
   param<float> weight;  // [vocab, dim]
 
@@ -75,40 +121,10 @@ struct embedding {
     out[out.rank++] = dim();
     nn::detail::require_dy(dy, out, "embedding", weight.name);
     nn::detail::require_distinct(&dy, &dx, "embedding", weight.name);
-    const std::int64_t n = static_cast<std::int64_t>(ids.numel()), d = dim();
-    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
-      (void)ctx;
-      dx.zeros(ids.shape());
-      scatter_add(n, ids.data(), dy.data());
-    } else {
-      using ops = nn::detail::device_ops_for<space_of<Ctx>>;
-      dx.resize(ids.shape());
-      ops::fill_zero(ctx.exec(), dx.data(), n);
-      ops::embedding_backward(ctx.exec(), n, d, 0, vocab(), ids.data(), dy.data(), weight.grad());
-    }
+    nn::detail::embedding_grad(ctx, ids, dy, dx, dim(), 0, vocab(), weight.grad());
   }
 
  private:
-  // The host's scatter-add, outside the templates.
-  void scatter_add(std::int64_t n, const float* ip, const float* g) {
-    const std::int64_t d = dim();
-    float* gw = weight.grad();
-    // Repeated ids add into the same row, so threads split the columns, not the tokens:
-    // every element is summed in token order whatever the thread count.
-    constexpr std::int64_t block = 64;
-    const std::int64_t blocks = (d + block - 1) / block;
-#pragma omp parallel for schedule(static) if (n * d >= nn::detail::parallel_threshold && blocks > 1)
-    for (std::int64_t bj = 0; bj < blocks; ++bj) {
-      const std::int64_t j0 = bj * block, j1 = d < j0 + block ? d : j0 + block;
-      for (std::int64_t t = 0; t < n; ++t) {
-        float* row = gw + static_cast<std::int64_t>(ip[t]) * d;
-        const float* gr = g + t * d;
-#pragma omp simd
-        for (std::int64_t j = j0; j < j1; ++j) row[j] += gr[j];
-      }
-    }
-  }
-
   void check_params() const {
     if (weight.shape.rank != 2) [[unlikely]]
       nn::detail::fail(strata::detail::cat(nn::detail::label("embedding", weight.name), ": weight has shape ",

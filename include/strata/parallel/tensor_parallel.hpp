@@ -17,6 +17,7 @@
 #include "../nn/context.hpp"
 #include "../nn/detail/device_ops.hpp"
 #include "../nn/detail/loops.hpp"
+#include "../nn/embedding.hpp"
 #include "../space/tensor.hpp"
 #include "detail/tp_common.hpp"
 #include "detail/tp_linear.hpp"
@@ -262,41 +263,12 @@ struct vocab_parallel_embedding {
     out[out.rank++] = dim();
     nn::detail::require_dy(dy, out, kind, weight.name);
     nn::detail::require_distinct(&dy, &dx, kind, weight.name);
-    const std::int64_t n = static_cast<std::int64_t>(ids.numel()), d = dim(), lo = vocab_begin(), local = local_vocab();
-    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
-      dx.zeros(ids.shape());
-      scatter_add(n, ids.data(), dy.data());
-    } else {
-      using ops = nn::detail::device_ops_for<space_of<Ctx>>;
-      dx.resize(ids.shape());
-      ops::fill_zero(ctx.exec(), dx.data(), n);
-      ops::embedding_backward(ctx.exec(), n, d, lo, local, ids.data(), dy.data(), weight.grad());
-    }
+    // nn::embedding's backward, on this rank's rows of the vocabulary.
+    nn::detail::embedding_grad(ctx, ids, dy, dx, dim(), vocab_begin(), local_vocab(), weight.grad());
   }
 
  private:
   static constexpr const char* kind = "vocab_parallel_embedding";
-  // The host's scatter-add, outside the templates.
-  void scatter_add(std::int64_t n, const float* ip, const float* g) {
-    const std::int64_t d = dim(), lo = vocab_begin(), local = local_vocab();
-    float* gw = weight.grad();
-    // Repeated ids add into the same row, so threads split the columns, not the tokens:
-    // every element is summed in token order whatever the thread count.
-    constexpr std::int64_t block = 64;
-    const std::int64_t blocks = (d + block - 1) / block;
-#pragma omp parallel for schedule(static) if (n * d >= nn::detail::parallel_threshold && blocks > 1)
-    for (std::int64_t bj = 0; bj < blocks; ++bj) {
-      const std::int64_t j0 = bj * block, j1 = d < j0 + block ? d : j0 + block;
-      for (std::int64_t t = 0; t < n; ++t) {
-        const std::int64_t row = static_cast<std::int64_t>(ip[t]) - lo;
-        if (row < 0 || row >= local) continue;
-        float* wr = gw + row * d;
-        const float* gr = g + t * d;
-#pragma omp simd
-        for (std::int64_t j = j0; j < j1; ++j) wr[j] += gr[j];
-      }
-    }
-  }
   void check_params() const {
     if (weight.shape.rank != 2) [[unlikely]]
       nn::detail::fail(strata::detail::cat(nn::detail::label(kind, weight.name), ": weight has shape ", weight.shape,

@@ -21,33 +21,22 @@ namespace strata::nn::detail {
 template <int Block>
 __global__ void __launch_bounds__(Block)
     causal_softmax_kernel(std::int64_t rows, std::int64_t S, float* p, std::int64_t stride) {
-  using max_reduce = cub::BlockReduce<float, Block>;
-  using sum_reduce = cub::BlockReduce<double, Block>;
-  __shared__ union {
-    typename max_reduce::TempStorage max;
-    typename sum_reduce::TempStorage sum;
-  } temp;
-  __shared__ float shared_max;
-  __shared__ double shared_sum;
+  using reduce = row_reduce<Block>;
+  __shared__ typename reduce::storage shared;
   for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const std::int64_t i = r % S;
     float* row = p + (r / S) * stride + i * S;
-    float m = row[0];
-    for (std::int64_t j = threadIdx.x; j <= i; j += Block) m = row[j] > m ? row[j] : m;
-    m = max_reduce(temp.max).Reduce(m, max_op{});
-    if (threadIdx.x == 0) shared_max = m;
-    __syncthreads();  // shared_max is visible, and temp may be reused
-    m = shared_max;
+    const float m = reduce::max(shared, row, i + 1);
     double sum = 0.0;
     for (std::int64_t j = threadIdx.x; j <= i; j += Block) {
       const float e = std::exp(row[j] - m);
       row[j] = e;
       sum += e;
     }
-    sum = sum_reduce(temp.sum).Sum(sum);
-    if (threadIdx.x == 0) shared_sum = sum;
+    sum = reduce::sum(shared, sum);
+    if (threadIdx.x == 0) shared.sum = sum;
     __syncthreads();
-    const float inv = static_cast<float>(1.0 / shared_sum);
+    const float inv = static_cast<float>(1.0 / shared.sum);
     for (std::int64_t j = threadIdx.x; j < S; j += Block) row[j] = j <= i ? row[j] * inv : 0.0f;
     __syncthreads();  // before the next row reuses temp and the shared values
   }

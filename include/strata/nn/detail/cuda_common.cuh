@@ -1,5 +1,6 @@
-// What the nn/ layers' CUDA kernels share: launch sizes, the fixed-order column and mean
-// reductions, cuBLAS's int extents, and the first bad input a kernel flags for the host.
+// What the nn/ layers' CUDA kernels share: launch sizes, the fixed-order row, column and
+// mean reductions, cuBLAS's int extents, and the first bad input a kernel flags for the
+// host.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -34,6 +35,40 @@ inline unsigned blocks_for(std::int64_t items) {
 // The row max, compared as the host's loops compare (x > m ? x : m).
 struct max_op {
   __device__ float operator()(float a, float b) const { return b > a ? b : a; }
+};
+
+// ---- row reductions ------------------------------------------------------------------
+
+// What a softmax-like kernel does with each row it takes in turn (one block per row):
+// the row max, given to every thread, then a sum in double. Both reductions share one
+// temp storage, which the kernel declares once:
+//   __shared__ typename row_reduce<Block>::storage shared;
+template <int Block>
+struct row_reduce {
+  using max_reduce = cub::BlockReduce<float, Block>;
+  using sum_reduce = cub::BlockReduce<double, Block>;
+  struct storage {
+    union {
+      typename max_reduce::TempStorage max;
+      typename sum_reduce::TempStorage sum;
+    } temp;
+    float max;
+    double sum;
+  };
+
+  // max of row[0..n) (n >= 1) as the host's loops compare, to every thread; temp may be
+  // reused once it returns.
+  static __device__ float max(storage& s, const float* row, std::int64_t n) {
+    float m = row[0];
+    for (std::int64_t j = threadIdx.x; j < n; j += Block) m = row[j] > m ? row[j] : m;
+    m = max_reduce(s.temp.max).Reduce(m, max_op{});
+    if (threadIdx.x == 0) s.max = m;
+    __syncthreads();  // s.max is visible, and temp may be reused
+    return s.max;
+  }
+
+  // The sum of every thread's part, in thread 0 only (CUB's fixed tree).
+  static __device__ double sum(storage& s, double part) { return sum_reduce(s.temp.sum).Sum(part); }
 };
 
 // ---- column sums -------------------------------------------------------------------

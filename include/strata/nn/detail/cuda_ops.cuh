@@ -89,24 +89,14 @@ __global__ void __launch_bounds__(Block)
     cross_entropy_rows_kernel(std::int64_t rows, std::int64_t classes, const float* logits, const float* targets,
                               float* row_max, float* log_sum, float* target_out, double* row_loss,
                               unsigned long long* bad_row) {
-  using max_reduce = cub::BlockReduce<float, Block>;
-  using sum_reduce = cub::BlockReduce<double, Block>;
-  __shared__ union {
-    typename max_reduce::TempStorage max;
-    typename sum_reduce::TempStorage sum;
-  } temp;
-  __shared__ float shared_max;
+  using reduce = row_reduce<Block>;
+  __shared__ typename reduce::storage shared;
   for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* xr = logits + r * classes;
-    float m = xr[0];
-    for (std::int64_t j = threadIdx.x; j < classes; j += Block) m = xr[j] > m ? xr[j] : m;
-    m = max_reduce(temp.max).Reduce(m, max_op{});
-    if (threadIdx.x == 0) shared_max = m;
-    __syncthreads();  // shared_max is visible, and temp may be reused
-    m = shared_max;
+    const float m = reduce::max(shared, xr, classes);
     double se = 0.0;
     for (std::int64_t j = threadIdx.x; j < classes; j += Block) se += std::exp(xr[j] - m);
-    se = sum_reduce(temp.sum).Sum(se);
+    se = reduce::sum(shared, se);
     if (threadIdx.x == 0) {
       const double ls = std::log(se);
       const float t = targets[r];
@@ -118,7 +108,7 @@ __global__ void __launch_bounds__(Block)
       row_loss[r] = valid ? (static_cast<double>(m) - static_cast<double>(xr[static_cast<std::int64_t>(t)])) + ls
                           : 0.0;
     }
-    __syncthreads();  // before the next row reuses temp and shared_max
+    __syncthreads();  // before the next row reuses temp and the row max
   }
 }
 
