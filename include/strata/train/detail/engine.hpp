@@ -75,7 +75,7 @@ class engine<host> {
   }
   template <class Optimizer>
   void step(const Optimizer& opt, const shard_args<float, float>& a, float lr, float grad_scale, long step) {
-    for (const auto& r : runs_) opt.step(a.slice(r.begin, r.end - r.begin), lr, grad_scale, r.decay, step);
+    for (const auto& r : runs_) step_run(opt, a, r, lr, grad_scale, step);
   }
   template <class Optimizer>
   void step_run(const Optimizer& opt, const shard_args<float, float>& a, const update_run& r, float lr,
