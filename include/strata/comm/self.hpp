@@ -14,7 +14,6 @@
 
 #include "../core/dtype.hpp"
 #include "../core/error.hpp"
-#include "detail/check.hpp"
 #include "reduce_op.hpp"
 #include "request.hpp"
 
@@ -49,7 +48,7 @@ class self_mailbox final : public request_source {
         deliver(data, n, type, m.bytes.data(), m.n, m.type, tag, comm);
         return 0;
       }
-    detail::check<comm_error>(may_defer, [&] {
+    expects<comm_error>(may_defer, [&] {
       return cat("recv of ", n, " elements with tag ", tag, " on ", comm,
                  " (a single process): nothing was sent with this tag, it would wait forever");
     });
@@ -63,7 +62,7 @@ class self_mailbox final : public request_source {
     auto it = find(ticket);
     const pending p = *it;
     pending_.erase(it);
-    detail::check<comm_error>(p.done, [&] {
+    expects<comm_error>(p.done, [&] {
       return cat("recv of ", p.n, " elements with tag ", p.tag,
                  " on a single-process communicator: no matching send was posted before the wait,"
                  " it would wait forever");
@@ -90,7 +89,7 @@ class self_mailbox final : public request_source {
 
   static void deliver(void* dst, std::size_t dst_n, dtype dst_type, const void* src, std::size_t src_n, dtype src_type,
                       int tag, const std::string& comm) {
-    detail::check<comm_error>(dst_type == src_type && dst_n == src_n, [&] {
+    expects<comm_error>(dst_type == src_type && dst_n == src_n, [&] {
       return cat("recv with tag ", tag, " on ", comm, ": expected ", dst_n, " elements of ", name_of(dst_type),
                  ", the message has ", src_n, " of ", name_of(src_type));
     });
@@ -122,7 +121,7 @@ class self_comm {
   // Kept for parity with mpi_comm: nothing here can hang.
   std::chrono::duration<double> timeout() const { return timeout_; }
   void set_timeout(std::chrono::duration<double> t) {
-    detail::check<config_error>(
+    expects<config_error>(
         t.count() > 0, [&] { return detail::cat("communicator time-out of ", t.count(), " s: must be positive"); });
     timeout_ = t;
   }
@@ -135,7 +134,7 @@ class self_comm {
   template <class U, comm_element T>
   requires std::is_same_v<std::remove_const_t<U>, T> request reduce_scatter_async(std::span<U> in, std::span<T> out,
                                                                                   reduce_op = reduce_op::sum) {
-    detail::check<comm_error>(in.size() == out.size(), [&] {
+    expects<comm_error>(in.size() == out.size(), [&] {
       return detail::cat("reduce_scatter on ", name_, ": input has ", in.size(), " elements, expected out (",
                          out.size(), ") x size (1)");
     });
@@ -144,7 +143,7 @@ class self_comm {
   }
   template <class U, comm_element T>
   requires std::is_same_v<std::remove_const_t<U>, T> request all_gather_async(std::span<U> in, std::span<T> out) {
-    detail::check<comm_error>(in.size() == out.size(), [&] {
+    expects<comm_error>(in.size() == out.size(), [&] {
       return detail::cat("all_gather on ", name_, ": output has ", out.size(), " elements, expected in (", in.size(),
                          ") x size (1)");
     });
@@ -200,8 +199,8 @@ class self_comm {
   void barrier() {}
 
   self_comm split(int color, int) {
-    detail::check<comm_error>(color >= 0,
-                              [&] { return detail::cat("split of ", name_, ": color ", color, " must be >= 0"); });
+    expects<comm_error>(color >= 0,
+                        [&] { return detail::cat("split of ", name_, ": color ", color, " must be >= 0"); });
     self_comm c(detail::cat(name_, "/", color));
     c.timeout_ = timeout_;
     return c;
@@ -213,12 +212,12 @@ class self_comm {
     if (dst != src && n) std::memmove(dst, src, n * sizeof(T));
   }
   void check_rank(int r, const char* what) const {
-    detail::check<comm_error>(r == 0, [&] {
+    expects<comm_error>(r == 0, [&] {
       return detail::cat(what, " ", r, " on ", name_, ": a single-process communicator has rank 0 only");
     });
   }
   void check_tag(int tag) const {
-    detail::check<comm_error>(tag >= 0, [&] { return detail::cat("tag ", tag, " on ", name_, ": tags must be >= 0"); });
+    expects<comm_error>(tag >= 0, [&] { return detail::cat("tag ", tag, " on ", name_, ": tags must be >= 0"); });
   }
 
   std::string name_;

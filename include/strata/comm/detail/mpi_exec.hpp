@@ -11,8 +11,8 @@
 #include <cstring>
 #include <string>
 
+#include "../../core/error.hpp"
 #include "../mpi_types.hpp"
-#include "check.hpp"
 #include "lane.hpp"
 
 namespace strata::detail {
@@ -171,11 +171,11 @@ class mpi_state {
     if (t.k == mpi_task::kind::recv) {
       // A shorter message than the buffer is an error too: the caller would read stale data.
       for (int i = 0; i < s.parts; ++i)
-        check<comm_error>(s.status[i].MPI_ERROR == MPI_SUCCESS,
-                          [&] { return mpi_error_string(s.status[i].MPI_ERROR); });
+        expects<comm_error>(s.status[i].MPI_ERROR == MPI_SUCCESS,
+                            [&] { return mpi_error_string(s.status[i].MPI_ERROR); });
       const std::size_t expected = s.parts == 2 ? t.n / chunk_ : t.n;
-      check<comm_error>(got >= 0 && static_cast<std::size_t>(got) == expected,
-                        [&] { return "the message has a different number of elements"; });
+      expects<comm_error>(got >= 0 && static_cast<std::size_t>(got) == expected,
+                          [&] { return "the message has a different number of elements"; });
     }
     return true;
   }
@@ -263,8 +263,8 @@ class mpi_state {
       return;
     }
     const std::size_t blocks = t.n / chunk_, rest = t.n % chunk_;
-    check<comm_error>(blocks <= static_cast<std::size_t>(INT_MAX),
-                      [&] { return cat("message of ", t.n, " elements is too large"); });
+    expects<comm_error>(blocks <= static_cast<std::size_t>(INT_MAX),
+                        [&] { return cat("message of ", t.n, " elements is too large"); });
     STRATA_CHECK_MPI(MPI_Type_contiguous(static_cast<int>(chunk_), t.type, &s.body));
     STRATA_CHECK_MPI(MPI_Type_commit(&s.body));
     s.parts = 2;
