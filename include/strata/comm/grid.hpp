@@ -6,6 +6,7 @@
 
 #include "communicator.hpp"
 #include "detail/grid_layout.hpp"
+#include "grid_dims.hpp"
 
 namespace strata {
 

@@ -22,6 +22,7 @@
 #include "../core/shape.hpp"
 #include "detail/atomic_file.hpp"
 #include "detail/safetensors_header.hpp"
+#include "safetensors_info.hpp"
 
 namespace strata {
 

@@ -1,11 +1,12 @@
 // The sharding policies a trainer composes: replicated (plain data parallel) and
 // zero<1|2|3>, optionally with offload_optimizer. Empty tag types, checked at compile time.
 #pragma once
+#include <concepts>
 #include <type_traits>
 
 namespace strata {
 
-// Option for zero<S, ...> and replicated_with<...>: fp32 master weights and optimizer
+// Option for zero<S, ...> (stages 1-3): fp32 master weights and optimizer
 // moments live in (pinned) host memory and are stepped on the host.
 struct offload_optimizer {};
 

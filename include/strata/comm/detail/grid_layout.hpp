@@ -4,17 +4,9 @@
 #include <vector>
 
 #include "../../core/error.hpp"
+#include "../grid_dims.hpp"
 
-namespace strata {
-
-// Sizes of the grid axes; data = 0 means world / (tensor * pipeline).
-struct grid_dims {
-  int tensor = 1;
-  int pipeline = 1;
-  int data = 0;
-};
-
-namespace detail {
+namespace strata::detail {
 
 struct grid_layout {
   int tp = 1, dp = 1, pp = 1;
@@ -89,5 +81,4 @@ struct grid_layout {
   }
 };
 
-}  // namespace detail
-}  // namespace strata
+}  // namespace strata::detail
