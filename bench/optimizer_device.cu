@@ -20,7 +20,7 @@
 #include <type_traits>
 #include <vector>
 
-#include <strata/kernels/cuda_optim.cuh>
+#include <strata/optim/cuda_optim.cuh>
 #include <strata/space/cuda.hpp>
 
 #include "device_entry.hpp"
@@ -128,20 +128,20 @@ int strata_bench::run_optimizer_cuda(int argc, char** argv) {
     for (int lg = o.min_log2; lg <= o.max_log2; ++lg) {
       const std::size_t n = std::size_t{1} << lg;
       const std::vector<strata::decay_run> runs{{0, n, true}};
-      const strata::kernels::cuda_run_table table(runs, n);
+      const strata::cuda_run_table table(runs, n);
       const double t_copy = time_ms(o, s, [&] { strata::cuda::copy_async(copy_dst.data(), p.data(), n * 4, s); });
       const strata::shard_args<float, float> a32{p.data(), g.data(), m.data(), v.data(), nullptr, n};
       const strata::shard_args<strata::bf16, strata::bf16> a16{p.data(), g16.data(), m.data(), v.data(), p16.data(), n};
-      const double t_adam32 = time_ms(o, s, [&] { strata::kernels::step_runs_cuda(adamw, a32, table, 1e-4f, 1.0f, ++step, s); });
+      const double t_adam32 = time_ms(o, s, [&] { strata::step_runs_cuda(adamw, a32, table, 1e-4f, 1.0f, ++step, s); });
       const double t_plain = time_ms(o, s, [&] {
         ++step;
-        strata::kernels::detail::make_update<strata::kernels::write_mode::none>(
+        strata::detail::make_update<strata::kernels::write_mode::none>(
             adamw, a32, 1e-4f, 1.0f, step, [&](const auto& decayed, const auto&) {
               strata::kernels::run_cuda(n, opaque<std::decay_t<decltype(decayed)>>{decayed}, s);
             });
       });
-      const double t_adam16 = time_ms(o, s, [&] { strata::kernels::step_runs_cuda(adamw, a16, table, 1e-4f, 1.0f, ++step, s); });
-      const double t_lion = time_ms(o, s, [&] { strata::kernels::step_runs_cuda(lion, a32, table, 1e-5f, 1.0f, ++step, s); });
+      const double t_adam16 = time_ms(o, s, [&] { strata::step_runs_cuda(adamw, a16, table, 1e-4f, 1.0f, ++step, s); });
+      const double t_lion = time_ms(o, s, [&] { strata::step_runs_cuda(lion, a32, table, 1e-5f, 1.0f, ++step, s); });
       const double dn = static_cast<double>(n);
       const double copy_gbs = 8.0 * dn / (t_copy * 1e6);
       auto row = [&](double t_ms, double bytes_per_param) {

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <random>
 #include <string>
-#include <strata/kernels/cuda_optim.cuh>
+#include <strata/optim/cuda_optim.cuh>
 #include <strata/optim/adamw.hpp>
 #include <strata/optim/lion.hpp>
 #include <strata/optim/sgd.hpp>
@@ -73,7 +73,7 @@ void compare_drivers(const O& opt, strata::rounding rounding, int steps = 3) {
   const std::size_t n = 1'000'003;
   std::mt19937 gen(1234);
   const auto runs = make_runs(n);
-  const strata::kernels::cuda_run_table table(runs, n);
+  const strata::cuda_run_table table(runs, n);
 
   auto master = random_vector<float>(n, 1.0f, gen);
   auto state0 = std::vector<float>(n, 0.0f);
@@ -94,7 +94,7 @@ void compare_drivers(const O& opt, strata::rounding rounding, int steps = 3) {
     d.grad = d_grad.data();
     const float lr = 1e-3f * static_cast<float>(step), grad_scale = step == 2 ? 0.5f : 1.0f;
     strata::step_runs(opt, h, runs, lr, grad_scale, step);
-    strata::kernels::step_runs_cuda(opt, d, table, lr, grad_scale, step, stream.get());
+    strata::step_runs_cuda(opt, d, table, lr, grad_scale, step, stream.get());
     stream.synchronize();
     INFO("step " << step);
     CHECK(first_difference(to_host(d_master), master) == -1);
@@ -156,13 +156,13 @@ TEST_CASE("bad steps are refused before anything is queued") {
   const std::size_t n = 1000;
   strata::cuda_buffer<float> m(n), g(n), s0(n), s1(n);
   std::vector<decay_run> runs{{0, n, true}};
-  const strata::kernels::cuda_run_table table(runs, n);
+  const strata::cuda_run_table table(runs, n);
   strata::shard_args<float, float> a{m.data(), g.data(), s0.data(), s1.data(), nullptr, n};
   strata::adamw opt;
-  CHECK_THROWS_AS(strata::kernels::step_runs_cuda(opt, a, table, -1.0f, 1.0f, 1, nullptr), strata::config_error);
-  CHECK_THROWS_AS(strata::kernels::step_runs_cuda(opt, a, table, 1e-3f, 1.0f, 0, nullptr), strata::config_error);
-  const strata::kernels::cuda_run_table other(runs, n + 1);
-  CHECK_THROWS_AS(strata::kernels::step_runs_cuda(opt, a, other, 1e-3f, 1.0f, 1, nullptr), strata::config_error);
+  CHECK_THROWS_AS(strata::step_runs_cuda(opt, a, table, -1.0f, 1.0f, 1, nullptr), strata::config_error);
+  CHECK_THROWS_AS(strata::step_runs_cuda(opt, a, table, 1e-3f, 1.0f, 0, nullptr), strata::config_error);
+  const strata::cuda_run_table other(runs, n + 1);
+  CHECK_THROWS_AS(strata::step_runs_cuda(opt, a, other, 1e-3f, 1.0f, 1, nullptr), strata::config_error);
   std::vector<decay_run> bad{{0, 10, true}, {5, 10, false}};
-  CHECK_THROWS_AS(strata::kernels::cuda_run_table(bad, n), strata::config_error);
+  CHECK_THROWS_AS(strata::cuda_run_table(bad, n), strata::config_error);
 }

@@ -1,5 +1,6 @@
 // The CUDA driver of kernels/: a grid-stride kernel that runs an elementwise functor over
-// a flat shard, and the kernel that steps every decay run of a shard in one launch.
+// a flat shard, with the prefetching and launch sizing that optim/cuda_optim.cuh's run
+// kernel (every decay run of a shard in one launch) shares.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -9,7 +10,6 @@
 
 #include "../space/cuda.hpp"
 #include "adamw.hpp"
-#include "cuda_run_table.hpp"
 #include "lion.hpp"
 #include "sgd.hpp"
 
@@ -84,27 +84,6 @@ __global__ void __launch_bounds__(cuda_block) grid_stride_kernel(std::size_t n, 
   }
 }
 
-// Each block walks tiles of the run table; within a tile, consecutive threads take
-// consecutive elements (coalesced). A run's flag is uniform over its tiles, so the branch
-// between the two functors never diverges inside a block.
-template <class F>
-__global__ void __launch_bounds__(cuda_block)
-    runs_kernel(const device_run* runs, int nruns, std::size_t tiles, F decayed, F undecayed) {
-  for (std::size_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-    int lo = 0, hi = nruns - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (runs[mid].first_tile <= t) lo = mid;
-      else hi = mid - 1;
-    }
-    const device_run r = runs[lo];
-    const std::size_t begin = r.offset + (t - r.first_tile) * cuda_run_tile;
-    const std::size_t end = begin + cuda_run_tile < r.offset + r.count ? begin + cuda_run_tile : r.offset + r.count;
-    if (r.decay) run_range(decayed, begin, end);
-    else run_range(undecayed, begin, end);
-  }
-}
-
 // Blocks that fill every multiprocessor of the current device at full occupancy: more
 // only queue behind them, since every kernel here loops grid-stride. Cached per device
 // and kernel, so a launch costs one cudaGetDevice.
@@ -142,18 +121,6 @@ void run_cuda(std::size_t n, const F& f, cudaStream_t stream) {
   const int blocks = static_cast<int>(std::min<std::size_t>(needed, detail::resident_blocks(kernel)));
   kernel<<<blocks, detail::cuda_block, 0, stream>>>(n, f);
   detail::check_launch("run_cuda");
-}
-
-// Runs decayed(i) for the elements of the table's decay runs and undecayed(i) for those
-// of its other runs, in one launch on `stream`; elements outside every run are untouched.
-template <class F>
-void run_cuda_runs(const cuda_run_table& table, const F& decayed, const F& undecayed, cudaStream_t stream) {
-  if (table.tiles() == 0) return;
-  constexpr auto kernel = &detail::runs_kernel<F>;
-  const int blocks = static_cast<int>(std::min<std::size_t>(table.tiles(), detail::resident_blocks(kernel)));
-  kernel<<<blocks, detail::cuda_block, 0, stream>>>(table.device_data(), table.runs(), table.tiles(), decayed,
-                                                    undecayed);
-  detail::check_launch("run_cuda_runs");
 }
 
 }  // namespace strata::kernels

@@ -33,7 +33,7 @@ facts from_cxx_tu();   // host_side.cpp (g++)
     F.layout = {sizeof(bf16), alignof(bf16), sizeof(fp16), sizeof(shape), alignof(shape), sizeof(shard_t),    \
                 offsetof(shard_t, global_offset), sizeof(decay_run), sizeof(adamw_t), offsetof(adamw_t, eps), \
                 offsetof(adamw_t, index_base), sizeof(sgd_t), offsetof(sgd_t, first), sizeof(lion_t),        \
-                sizeof(kernels::detail::device_run), sizeof(kernels::cuda_run_table),                         \
+                sizeof(detail::device_run), sizeof(cuda_run_table),                                           \
                 sizeof(buffer<float, strata::cuda>), sizeof(buffer<float, pinned>), sizeof(cuda_stream),              \
                 sizeof(cuda_event), sizeof(nccl_options), sizeof(nccl_comm), sizeof(adamw), sizeof(sgd),      \
                 sizeof(lion), sizeof(tensor<float>), sizeof(param<float>), sizeof(trainer_options),           \

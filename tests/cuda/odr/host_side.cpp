@@ -2,7 +2,7 @@
 // translation unit that both include strata, and both must agree on every layout and
 // share every singleton and inline function (no header defines anything per compiler).
 #include <strata/comm/nccl.hpp>
-#include <strata/kernels/cuda_run_table.hpp>
+#include <strata/optim/cuda_run_table.hpp>
 #include <strata/space/cuda.hpp>
 #include <strata/strata.hpp>
 

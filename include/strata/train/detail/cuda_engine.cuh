@@ -13,7 +13,7 @@
 
 #include "../../comm/nccl.hpp"
 #include "../../kernels/cuda_driver.cuh"
-#include "../../kernels/cuda_optim.cuh"
+#include "../../optim/cuda_optim.cuh"
 #include "../../kernels/cuda_reduce.cuh"
 #include "../../space/cuda.hpp"
 #include "../../space/cuda_stream.hpp"
@@ -132,11 +132,11 @@ class engine<cuda> {
   void prepare_step(std::span<const update_run> runs, std::size_t shard_n) {
     std::vector<decay_run> d;
     for (const auto& r : runs) d.push_back({r.begin, r.end - r.begin, r.decay});
-    table_ = kernels::cuda_run_table(d, shard_n);
+    table_ = cuda_run_table(d, shard_n);
   }
   template <class Optimizer>
   void step(const Optimizer& opt, const shard_args<float, float>& a, float lr, float grad_scale, long step) {
-    kernels::step_runs_cuda(opt, a, table_, lr, grad_scale, step, stream());
+    step_runs_cuda(opt, a, table_, lr, grad_scale, step, stream());
   }
 
   // Host <-> device; both return when the data has landed.
@@ -157,7 +157,7 @@ class engine<cuda> {
   cuda_stream stream_;
   cublasHandle_t blas_ = nullptr;
   kernels::cuda_reducer<float> reducer_;
-  kernels::cuda_run_table table_;
+  cuda_run_table table_;
   buffer<double, cuda> partials_;
   buffer<double, pinned> partials_host_;
 };

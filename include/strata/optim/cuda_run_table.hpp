@@ -1,15 +1,15 @@
-// cuda_run_table: a shard's decay runs (optim/shard.hpp) uploaded to the device once,
-// so the CUDA driver steps every run of a shard in a single launch.
+// cuda_run_table: a shard's decay runs (shard.hpp) uploaded to the device once, so that
+// step_runs_cuda (cuda_optim.cuh) steps every run of a shard in a single launch.
 #pragma once
 #include <cstddef>
 #include <span>
 #include <vector>
 
 #include "../core/error.hpp"
-#include "../optim/shard.hpp"
 #include "../space/cuda.hpp"
+#include "shard.hpp"
 
-namespace strata::kernels {
+namespace strata {
 
 namespace detail {
 
@@ -38,7 +38,7 @@ class cuda_run_table {
     std::size_t end = 0;
     for (const decay_run& r : runs) {
       expects<config_error>(r.offset >= end && r.offset <= shard_n && r.count <= shard_n - r.offset, [&] {
-        return strata::detail::cat("cuda_run_table: decay run [", r.offset, ", ", r.offset + r.count,
+        return detail::cat("cuda_run_table: decay run [", r.offset, ", ", r.offset + r.count,
                                    ") is out of order or outside the shard of ", shard_n, " elements");
       });
       end = r.offset + r.count;
@@ -62,4 +62,4 @@ class cuda_run_table {
   std::size_t tiles_ = 0;
 };
 
-}  // namespace strata::kernels
+}  // namespace strata

@@ -1,0 +1,171 @@
+// The optimizer policies (adamw, sgd, lion) on the CUDA driver: the same update functors
+// (kernels/) and step scalars as their host step(), over a shard's decay runs in one launch.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <type_traits>
+
+#include "../kernels/adamw.hpp"
+#include "../kernels/cuda_driver.cuh"
+#include "../kernels/lion.hpp"
+#include "../kernels/sgd.hpp"
+#include "adamw.hpp"
+#include "cuda_run_table.hpp"
+#include "lion.hpp"
+#include "sgd.hpp"
+
+namespace strata {
+
+namespace detail {
+
+// Each block walks tiles of the run table; within a tile, consecutive threads take
+// consecutive elements (coalesced). A run's flag is uniform over its tiles, so the branch
+// between the two functors never diverges inside a block.
+template <class F>
+__global__ void __launch_bounds__(kernels::detail::cuda_block)
+    runs_kernel(const device_run* runs, int nruns, std::size_t tiles, F decayed, F undecayed) {
+  for (std::size_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int lo = 0, hi = nruns - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (runs[mid].first_tile <= t) lo = mid;
+      else hi = mid - 1;
+    }
+    const device_run r = runs[lo];
+    const std::size_t begin = r.offset + (t - r.first_tile) * cuda_run_tile;
+    const std::size_t end = begin + cuda_run_tile < r.offset + r.count ? begin + cuda_run_tile : r.offset + r.count;
+    if (r.decay) kernels::detail::run_range(decayed, begin, end);
+    else kernels::detail::run_range(undecayed, begin, end);
+  }
+}
+
+}  // namespace detail
+
+// Runs decayed(i) for the elements of the table's decay runs and undecayed(i) for those
+// of its other runs, in one launch on `stream`; elements outside every run are untouched.
+template <class F>
+void run_cuda_runs(const cuda_run_table& table, const F& decayed, const F& undecayed, cudaStream_t stream) {
+  if (table.tiles() == 0) return;
+  constexpr auto kernel = &detail::runs_kernel<F>;
+  const int blocks = static_cast<int>(std::min<std::size_t>(table.tiles(), kernels::detail::resident_blocks(kernel)));
+  kernel<<<blocks, kernels::detail::cuda_block, 0, stream>>>(table.device_data(), table.runs(), table.tiles(), decayed,
+                                                             undecayed);
+  kernels::detail::check_launch("run_cuda_runs");
+}
+
+namespace detail {
+
+// Each make_update below builds the functor that the policy's host step() builds, from
+// the same double-precision scalars (optim/adamw.hpp explains them); tests/cuda holds the
+// two drivers to the same bits. `emit(decayed, undecayed)` receives the functors of a
+// decay run and of an undecayed run; they differ only in the decay term.
+
+template <kernels::write_mode W, class P, class G, class Emit>
+void make_update(const adamw& o, const shard_args<P, G>& a, float lr, float grad_scale, long step, Emit&& emit) {
+  const double b1 = as_decimal(o.beta1), b2 = as_decimal(o.beta2);
+  const double lr_d = as_decimal(lr);
+  const double t = static_cast<double>(step);
+  const double bc1 = o.bias_correction ? 1.0 - std::pow(b1, t) : 1.0;
+  const double bc2 = o.bias_correction ? 1.0 - std::pow(b2, t) : 1.0;
+  auto make = [&](bool decay) {
+    const double wd = decay ? as_decimal(o.weight_decay) : 0.0;
+    return kernels::adamw_update<P, G, W>{a.master,
+                                          a.grad,
+                                          a.state0,
+                                          a.state1,
+                                          a.param_out,
+                                          grad_scale,
+                                          o.beta1,
+                                          static_cast<float>(1.0 - b1),
+                                          o.beta2,
+                                          static_cast<float>(1.0 - b2),
+                                          static_cast<float>(1.0 - lr_d * wd),
+                                          static_cast<float>(lr_d / bc1),
+                                          static_cast<float>(1.0 / std::sqrt(bc2)),
+                                          o.eps,
+                                          step_rounding_key(a.seed, step),
+                                          a.global_offset};
+  };
+  emit(make(true), make(false));
+}
+
+template <kernels::write_mode W, class P, class G, class Emit>
+void make_update(const sgd& o, const shard_args<P, G>& a, float lr, float grad_scale, long step, Emit&& emit) {
+  auto with = [&](auto has_momentum) {
+    auto make = [&](bool decay) {
+      return kernels::sgd_update<P, G, W, decltype(has_momentum)::value>{
+          a.master,
+          a.grad,
+          a.state0,
+          a.param_out,
+          grad_scale,
+          decay ? o.weight_decay : 0.0f,
+          lr,
+          o.momentum,
+          static_cast<float>(1.0 - as_decimal(o.dampening)),
+          o.nesterov,
+          step == 1,
+          step_rounding_key(a.seed, step),
+          a.global_offset};
+    };
+    emit(make(true), make(false));
+  };
+  if (o.momentum != 0.0f)
+    with(std::true_type{});
+  else
+    with(std::false_type{});
+}
+
+template <kernels::write_mode W, class P, class G, class Emit>
+void make_update(const lion& o, const shard_args<P, G>& a, float lr, float grad_scale, long step, Emit&& emit) {
+  const double b1 = as_decimal(o.beta1), b2 = as_decimal(o.beta2);
+  auto make = [&](bool decay) {
+    const double wd = decay ? as_decimal(o.weight_decay) : 0.0;
+    return kernels::lion_update<P, G, W>{a.master,
+                                         a.grad,
+                                         a.state0,
+                                         a.param_out,
+                                         grad_scale,
+                                         o.beta1,
+                                         static_cast<float>(1.0 - b1),
+                                         o.beta2,
+                                         static_cast<float>(1.0 - b2),
+                                         static_cast<float>(1.0 - as_decimal(lr) * wd),
+                                         lr,
+                                         step_rounding_key(a.seed, step),
+                                         a.global_offset};
+  };
+  emit(make(true), make(false));
+}
+
+// The state buffers a step reads, as the host step() checks them.
+inline int slots_used(const adamw&) { return adamw::state_slots; }
+inline int slots_used(const sgd& o) { return o.momentum != 0.0f ? 1 : 0; }
+inline int slots_used(const lion&) { return lion::state_slots; }
+
+}  // namespace detail
+
+// One optimizer step of a shard on the device: what step_runs(opt, a, runs, ...) does on
+// the host, with the shard's pointers in device memory and the runs in `table`. Queued
+// on `stream`; the host returns at once. Bad arguments throw before anything is queued.
+template <class O, class P, class G>
+void step_runs_cuda(const O& opt, const shard_args<P, G>& a, const cuda_run_table& table, float lr, float grad_scale,
+                    long step, cudaStream_t stream) {
+  opt.validate();
+  detail::check_step(O::name, a, detail::slots_used(opt), lr, grad_scale, step);
+  expects<config_error>(table.shard_size() == a.n, [&] {
+    return detail::cat(O::name, ": the run table was built for a shard of ", table.shard_size(), " elements, the shard has ",
+                       a.n);
+  });
+  if (a.n == 0) return;
+  detail::with_write_mode(a, [&](auto mode) {
+    detail::make_update<decltype(mode)::value>(opt, a, lr, grad_scale, step, [&](const auto& decayed, const auto& undecayed) {
+      run_cuda_runs(table, decayed, undecayed, stream);
+    });
+  });
+}
+
+}  // namespace strata
