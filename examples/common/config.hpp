@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include <strata/io/config.hpp>
+#include <strata/train/from_config.hpp>
 
 #include "args.hpp"
 

@@ -9,6 +9,8 @@
 #include "core/shape.hpp"
 
 #include "space/host.hpp"
+#include "space/host_ops.hpp"
+#include "space/ops.hpp"
 #include "space/tensor.hpp"
 
 #include "comm/communicator.hpp"
@@ -36,7 +38,6 @@
 #include "parallel/pipeline.hpp"
 #include "parallel/policies.hpp"
 #include "parallel/precision.hpp"
-#include "parallel/tensor_parallel.hpp"
 
 #include "nn/all.hpp"
 
@@ -47,6 +48,7 @@
 
 #include "train/batch.hpp"
 #include "train/dispatch.hpp"
+#include "train/from_config.hpp"
 #include "train/options.hpp"
 #include "train/report.hpp"
 #include "train/trainer.hpp"

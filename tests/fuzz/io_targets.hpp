@@ -12,6 +12,7 @@
 
 #include "strata/io/config.hpp"
 #include "strata/io/safetensors.hpp"
+#include "strata/train/from_config.hpp"
 
 namespace io_fuzz {
 

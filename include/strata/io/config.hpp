@@ -1,5 +1,5 @@
 // A DeepSpeed ds_config.json (plus a "strata" section for tensor / pipeline parallel)
-// read into a run_config, and mapped onto trainer_options, the policies and optimizers.
+// read into a run_config: plain data, which train/from_config.hpp maps onto the trainer.
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -11,8 +11,6 @@
 #include <sstream>
 #include <string>
 #include <string_view>
-#include <type_traits>
-#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -24,8 +22,7 @@
 #include "../optim/loss_scaler.hpp"
 #include "../optim/schedule.hpp"
 #include "../optim/sgd.hpp"
-#include "../train/dispatch.hpp"
-#include "../train/options.hpp"
+#include "../parallel/bucket_plan.hpp"
 #include "detail/json_reader.hpp"
 
 namespace strata {
@@ -53,7 +50,7 @@ struct run_config {
   // zero_optimization
   int zero_stage = 0;
   bool offload_optimizer = false;  // offload_optimizer.device "cpu"
-  std::size_t reduce_bucket_size = trainer_options{}.bucket_elems;
+  std::size_t reduce_bucket_size = default_bucket_elems;
   std::size_t stage3_prefetch_bucket_size = 50'000'000;
   std::size_t stage3_param_persistence_threshold = 100'000;
   bool overlap_comm = false;  // DeepSpeed: true for stage 3 unless given
@@ -347,56 +344,6 @@ inline std::string unknown_keys_warning(const run_config& c) {
                               " strata does not use: ");
   for (std::size_t i = 0; i < c.unknown_keys.size(); ++i) s += (i ? ", " : "") + c.unknown_keys[i];
   return s;
-}
-
-// The compile-time policy choice the config names (for strata::dispatch).
-inline runtime_policies to_runtime_policies(const run_config& c) {
-  runtime_policies p;
-  p.zero_stage = c.zero_stage;
-  p.offload = c.offload_optimizer;
-  p.precision = c.precision();
-  p.optimizer = c.optimizer;
-  return p;
-}
-
-// The trainer's runtime options; the batch sizes must be resolved first (resolve()).
-inline trainer_options to_trainer_options(const run_config& c) {
-  if (!c.batch)
-    throw config_error("config: call run_config::resolve(data-parallel size) before to_trainer_options, so that "
-                       "gradient_accumulation_steps is known");
-  trainer_options o;
-  o.lr = c.lr;
-  o.schedule = c.schedule;
-  o.max_grad_norm = c.gradient_clipping;
-  o.micro_batches = static_cast<int>(c.batch->gradient_accumulation_steps);
-  o.bucket_elems = c.reduce_bucket_size;
-  o.seed = c.seed;
-  o.loss_scaler = c.loss_scaler;
-  o.rounding = c.rounding;
-  o.validate();
-  return o;
-}
-
-// The hyperparameters of Optimizer (adamw, sgd or lion) from the config, which must
-// name that optimizer.
-template <class Optimizer>
-Optimizer to_optimizer(const run_config& c) {
-  if (c.optimizer != Optimizer::name)
-    throw config_error(detail::cat("config: optimizer is ", c.optimizer, ", not ", Optimizer::name));
-  if constexpr (std::is_same_v<Optimizer, adamw>)
-    return c.adamw_params;
-  else if constexpr (std::is_same_v<Optimizer, sgd>)
-    return c.sgd_params;
-  else if constexpr (std::is_same_v<Optimizer, lion>)
-    return c.lion_params;
-  else
-    static_assert(sizeof(Optimizer) == 0, "strata::to_optimizer: no config mapping for this optimizer");
-}
-
-// Calls f(type_tag<Sharding>, type_tag<Optimizer>, type_tag<Precision>) for the config.
-template <class F>
-decltype(auto) dispatch(const run_config& c, F&& f) {
-  return dispatch(to_runtime_policies(c), std::forward<F>(f));
 }
 
 }  // namespace strata

@@ -13,6 +13,10 @@
 
 namespace strata {
 
+// Elements a bucket gathers before it is closed, unless the program asks for another size
+// (trainer_options::bucket_elems, a config's reduce_bucket_size): 4 Mi, 16 MiB of fp32.
+inline constexpr std::size_t default_bucket_elems = std::size_t{1} << 22;
+
 struct bucket {
   std::size_t first_layer = 0, end_layer = 0;  // layers [first, end) in forward order
   std::size_t src_begin = 0, src_end = 0;      // the same elements in the flat layout

@@ -10,6 +10,7 @@
 #include "../kernels/rounding.hpp"
 #include "../optim/loss_scaler.hpp"
 #include "../optim/schedule.hpp"
+#include "../parallel/bucket_plan.hpp"
 
 namespace strata {
 
@@ -18,7 +19,7 @@ struct trainer_options {
   lr_schedule schedule = lr_schedule::constant(1e-3);
   float max_grad_norm = 0.0f;            // gradient_clipping; 0 = none
   int micro_batches = 1;                 // gradient_accumulation_steps
-  std::size_t bucket_elems = 1u << 22;   // reduce_bucket_size (elements)
+  std::size_t bucket_elems = default_bucket_elems;  // reduce_bucket_size (elements)
   std::uint64_t seed = 0;                // weight initialisation and stochastic rounding
   loss_scaler_options loss_scaler{};     // fp16 only
   strata::rounding rounding = strata::rounding::nearest_even;

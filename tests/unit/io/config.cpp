@@ -1,6 +1,6 @@
-// DeepSpeed configs: every supported key lands in its field and maps onto the trainer's
-// options, policies and optimizer; batch sizes derive as DeepSpeed derives them; each
-// malformed config in tests/data/configs/bad_*.json fails with its exact message.
+// DeepSpeed configs: every supported key lands in its field; batch sizes derive as
+// DeepSpeed derives them; each malformed config in tests/data/configs/bad_*.json fails
+// with its exact message. (tests/unit/train/from_config.cpp: the mapping onto the trainer.)
 #include "strata/io/config.hpp"
 
 #include <filesystem>
@@ -83,52 +83,13 @@ TEST_CASE("a full config: every key lands in its field") {
   CHECK(strata::unknown_keys_warning(c) ==
         "config: ignoring 3 keys strata does not use: wall_clock_breakdown, zero_optimization.contiguous_gradients, "
         "zero_optimization.offload_optimizer.pin_memory");
-
-  SECTION("maps onto trainer_options once the batch is resolved") {
-    CHECK(error_of<config_error>([&] { strata::to_trainer_options(c); }) ==
-          "config: call run_config::resolve(data-parallel size) before to_trainer_options, so that "
-          "gradient_accumulation_steps is known");
-    c.resolve(4);
-    const strata::trainer_options o = strata::to_trainer_options(c);
-    CHECK(o.lr == 3e-4f);
-    check_same_schedule(o.schedule, c.schedule);
-    CHECK(o.max_grad_norm == 1.5f);
-    CHECK(o.micro_batches == 4);
-    CHECK(o.bucket_elems == 50'000'000);
-    CHECK(o.seed == 1234);
-    CHECK(o.loss_scaler.initial_scale_power == 12);
-    CHECK(o.loss_scaler.loss_scale_window == 500);
-    CHECK(o.loss_scaler.hysteresis == 3);
-    CHECK(o.loss_scaler.consecutive_hysteresis);
-    CHECK(o.loss_scaler.min_loss_scale == 0.5f);
-    CHECK(o.rounding == strata::rounding::stochastic);
-  }
-  SECTION("maps onto the runtime policies and dispatches to the compile-time ones") {
-    const strata::runtime_policies p = strata::to_runtime_policies(c);
-    CHECK(p.zero_stage == 3);
-    CHECK(p.offload);
-    CHECK(p.precision == "fp16");
-    CHECK(p.optimizer == "adamw");
-    const bool right = strata::dispatch(c, [](auto s, auto o, auto pr) {
-      return std::is_same_v<typename decltype(s)::type, strata::zero<3, strata::offload_optimizer>> &&
-             std::is_same_v<typename decltype(o)::type, strata::adamw> &&
-             std::is_same_v<typename decltype(pr)::type, strata::mixed<strata::fp16>>;
-    });
-    CHECK(right);
-  }
-  SECTION("gives the optimizer it names, and refuses another") {
-    const strata::adamw a = strata::to_optimizer<strata::adamw>(c);
-    CHECK(a.beta1 == 0.8f);
-    CHECK(a.weight_decay == 0.1f);
-    CHECK(error_of<config_error>([&] { strata::to_optimizer<strata::sgd>(c); }) == "config: optimizer is adamw, not sgd");
-  }
 }
 
 TEST_CASE("defaults: DeepSpeed's where it has them") {
   run_config c = parse_config(R"({"train_batch_size": 8})");
   CHECK(c.zero_stage == 0);
   CHECK_FALSE(c.offload_optimizer);
-  CHECK(c.reduce_bucket_size == strata::trainer_options{}.bucket_elems);
+  CHECK(c.reduce_bucket_size == strata::default_bucket_elems);
   CHECK(c.stage3_prefetch_bucket_size == 50'000'000);
   CHECK(c.stage3_param_persistence_threshold == 100'000);
   CHECK_FALSE(c.overlap_comm);
@@ -165,7 +126,7 @@ TEST_CASE("Hugging Face style \"auto\": batch sizes derived, bucket sizes defaul
   CHECK(b.gradient_accumulation_steps == 1);
   CHECK(c.zero_stage == 2);
   CHECK_FALSE(c.offload_optimizer);
-  CHECK(c.reduce_bucket_size == strata::trainer_options{}.bucket_elems);
+  CHECK(c.reduce_bucket_size == strata::default_bucket_elems);
   CHECK(c.overlap_comm);
   CHECK(c.precision() == "bf16");
   CHECK(c.optimizer == "adamw");  // DeepSpeed's "Adam" is AdamW-mode FusedAdam
@@ -183,20 +144,18 @@ TEST_CASE("SGD, Lion, case-insensitive optimizer types, and the old bfloat16 sec
       {"lr": 0.1, "momentum": 0.9, "dampening": 0, "weight_decay": 1e-4, "nesterov": true}}})");
   CHECK(s.optimizer == "sgd");
   CHECK(s.lr == 0.1f);
-  const strata::sgd sp = strata::to_optimizer<strata::sgd>(s);
-  CHECK(sp.momentum == 0.9f);
-  CHECK(sp.dampening == 0.0f);
-  CHECK(sp.weight_decay == 1e-4f);
-  CHECK(sp.nesterov);
-  CHECK(strata::to_runtime_policies(s).optimizer == "sgd");
+  CHECK(s.sgd_params.momentum == 0.9f);
+  CHECK(s.sgd_params.dampening == 0.0f);
+  CHECK(s.sgd_params.weight_decay == 1e-4f);
+  CHECK(s.sgd_params.nesterov);
 
   run_config l = parse_config(R"({"train_batch_size": 8, "optimizer": {"type": "LION", "params":
       {"lr": 1e-4, "betas": [0.95, 0.98], "weight_decay": 0.5}}})");
-  const strata::lion lp = strata::to_optimizer<strata::lion>(l);
+  CHECK(l.optimizer == "lion");
   CHECK(l.lr == 1e-4f);
-  CHECK(lp.beta1 == 0.95f);
-  CHECK(lp.beta2 == 0.98f);
-  CHECK(lp.weight_decay == 0.5f);
+  CHECK(l.lion_params.beta1 == 0.95f);
+  CHECK(l.lion_params.beta2 == 0.98f);
+  CHECK(l.lion_params.weight_decay == 0.5f);
   // Keys that belong to another optimizer are reported, not silently applied.
   CHECK(parse_config(R"({"train_batch_size": 8, "optimizer": {"type": "Lion", "params": {"momentum": 0.9}}})")
             .unknown_keys == std::vector<std::string>{"optimizer.params.momentum"});
@@ -268,7 +227,7 @@ TEST_CASE("batch sizes: the missing one derived as DeepSpeed does, inconsistency
   run_config c = parse_config(R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4})");
   CHECK(c.resolve(4).gradient_accumulation_steps == 4);
   CHECK(c.resolve(2).gradient_accumulation_steps == 8);
-  CHECK(strata::to_trainer_options(c).micro_batches == 8);
+  CHECK(c.batch->gradient_accumulation_steps == 8);
 }
 
 TEST_CASE("malformed configs: each fails with its exact message") {
