@@ -7,14 +7,13 @@
 #include <cstdint>
 #include <strata/model/concepts.hpp>
 #include <strata/nn/attention.hpp>
-#include <strata/nn/detail/device_ops.hpp>
 #include <strata/nn/gelu.hpp>
 #include <strata/nn/layer_norm.hpp>
 #include <strata/nn/position_embedding.hpp>
-#include <strata/parallel/tensor_parallel.hpp>
+#include <strata/nn/residual.hpp>
+#include <strata/nn/tp/all.hpp>
 #include <strata/train/batch.hpp>
-#include <strata/train/init.hpp>
-#include <type_traits>
+#include <strata/core/random.hpp>
 #include <vector>
 
 namespace gpt {
@@ -23,31 +22,16 @@ struct config {
   int vocab = 64, seq = 16, dim = 32, heads = 4, layers = 2;
 };
 
-namespace detail {
-// a += b, elementwise over equal shapes: the residual connections, in the context's space.
-template <class Ctx>
-void add_into(Ctx& ctx, strata::tensor_for<Ctx>& a, const strata::tensor_for<Ctx>& b) {
-  float* ap = a.data();
-  const float* bp = b.data();
-  const auto n = static_cast<std::int64_t>(a.numel());
-  if constexpr (std::is_same_v<strata::space_of<Ctx>, strata::host>) {
-    strata::nn::detail::elementwise(n, [=](std::int64_t i) { ap[i] += bp[i]; });
-  } else {
-    strata::nn::detail::device_ops_for<strata::space_of<Ctx>>::add_into(ctx.exec(), n, ap, bp);
-  }
-}
-}  // namespace detail
-
 // ids [B, S] -> token embedding + position embedding [B, S, D]. The token table is split
 // by vocabulary over the tensor ranks; the position table is replicated.
 struct embedding_layer {
-  strata::parallel::vocab_parallel_embedding token;
+  strata::nn::vocab_parallel_embedding token;
   strata::nn::position_embedding position;
 
   // One cache per space, so the layer runs wherever its parts run (host or CUDA).
   template <class Space>
   struct cache {
-    strata::parallel::vocab_parallel_embedding::cache<Space> token;
+    strata::nn::vocab_parallel_embedding::cache<Space> token;
     strata::nn::position_embedding::cache<Space> position;
     strata::tensor<float, Space> tok, dtok;
   };
@@ -71,17 +55,17 @@ struct block {
   strata::nn::layer_norm ln1;
   strata::nn::causal_self_attention attn;
   strata::nn::layer_norm ln2;
-  strata::parallel::column_parallel_linear fc1;  // [4D/T, D]
+  strata::nn::column_parallel_linear fc1;  // [4D/T, D]
   strata::nn::gelu act;
-  strata::parallel::row_parallel_linear fc2;  // [D, 4D/T]
+  strata::nn::row_parallel_linear fc2;  // [D, 4D/T]
 
   template <class Space>
   struct cache {
     strata::nn::layer_norm::cache<Space> ln1, ln2;
     strata::nn::causal_self_attention::cache<Space> attn;
-    strata::parallel::column_parallel_linear::cache<Space> fc1;
+    strata::nn::column_parallel_linear::cache<Space> fc1;
     strata::nn::gelu::cache<Space> act;
-    strata::parallel::row_parallel_linear::cache<Space> fc2;
+    strata::nn::row_parallel_linear::cache<Space> fc2;
     strata::tensor<float, Space> h1, x1, h2, u, g;       // forward intermediates
     strata::tensor<float, Space> dg, du, dh2, dx1, dh1;  // their gradients
   };
@@ -90,12 +74,12 @@ struct block {
                cache<strata::space_of<Ctx>>& c) const {
     ln1.forward(ctx, x, c.h1, c.ln1);
     attn.forward(ctx, c.h1, c.x1, c.attn);
-    detail::add_into(ctx, c.x1, x);
+    strata::nn::add_into(ctx, c.x1, x);
     ln2.forward(ctx, c.x1, c.h2, c.ln2);
     fc1.forward(ctx, c.h2, c.u, c.fc1);
     act.forward(ctx, c.u, c.g, c.act);
     fc2.forward(ctx, c.g, y, c.fc2);
-    detail::add_into(ctx, y, c.x1);
+    strata::nn::add_into(ctx, y, c.x1);
   }
   template <class Ctx>
   void backward(Ctx& ctx, const strata::tensor_for<Ctx>& dy, strata::tensor_for<Ctx>& dx,
@@ -104,10 +88,10 @@ struct block {
     act.backward(ctx, c.dg, c.du, c.act);
     fc1.backward(ctx, c.du, c.dh2, c.fc1);
     ln2.backward(ctx, c.dh2, c.dx1, c.ln2);
-    detail::add_into(ctx, c.dx1, dy);
+    strata::nn::add_into(ctx, c.dx1, dy);
     attn.backward(ctx, c.dx1, c.dh1, c.attn);
     ln1.backward(ctx, c.dh1, dx, c.ln1);
-    detail::add_into(ctx, dx, c.dx1);
+    strata::nn::add_into(ctx, dx, c.dx1);
   }
 };
 
@@ -116,8 +100,8 @@ struct model {
   embedding_layer embed;
   std::vector<block> blocks;
   strata::nn::layer_norm ln_f;
-  strata::parallel::column_parallel_linear head;  // [V/T, D], no bias: logits split by vocabulary
-  strata::parallel::vocab_parallel_cross_entropy loss;
+  strata::nn::column_parallel_linear head;  // [V/T, D], no bias: logits split by vocabulary
+  strata::nn::vocab_parallel_cross_entropy loss;
 };
 
 // GPT-2's initialisation: N(0, 0.02) for matrices, N(0, 0.01) for positions, and the
@@ -125,7 +109,6 @@ struct model {
 // variance does not grow with depth. Sizes that do not divide over tp_size ranks
 // (vocab, heads, MLP width) are config_errors naming the numbers.
 inline model make_model(const config& cfg, int tp_rank = 0, int tp_size = 1) {
-  namespace sp = strata::parallel;
   namespace sn = strata::nn;
   strata::expects<strata::config_error>(
       cfg.vocab > 0 && cfg.seq > 0 && cfg.dim > 0 && cfg.heads > 0 && cfg.layers > 0,
@@ -134,13 +117,13 @@ inline model make_model(const config& cfg, int tp_rank = 0, int tp_size = 1) {
   const auto normal = strata::init_spec::normal(0.02f);
   const auto residual = strata::init_spec::normal(0.02f / std::sqrt(2.0f * static_cast<float>(cfg.layers)));
   model m;
-  m.embed.token = sp::make_vocab_parallel_embedding(cfg.vocab, cfg.dim, tp_rank, tp_size, 0.02f);
+  m.embed.token = sn::make_vocab_parallel_embedding(cfg.vocab, cfg.dim, tp_rank, tp_size, 0.02f);
   m.embed.position = sn::make_position_embedding(cfg.seq, cfg.dim, 0.01f);
   for (int l = 0; l < cfg.layers; ++l) {
     block b{
         sn::make_layer_norm(cfg.dim),           sn::make_causal_self_attention(cfg.dim, cfg.heads, tp_rank, tp_size),
-        sn::make_layer_norm(cfg.dim),           sp::make_column_parallel_linear(cfg.dim, 4 * cfg.dim, tp_rank, tp_size),
-        sn::gelu{sn::gelu_approximation::tanh}, sp::make_row_parallel_linear(4 * cfg.dim, cfg.dim, tp_rank, tp_size)};
+        sn::make_layer_norm(cfg.dim),           sn::make_column_parallel_linear(cfg.dim, 4 * cfg.dim, tp_rank, tp_size),
+        sn::gelu{sn::gelu_approximation::tanh}, sn::make_row_parallel_linear(4 * cfg.dim, cfg.dim, tp_rank, tp_size)};
     b.attn.qkv.weight.init = normal;
     b.attn.proj.weight.init = residual;
     b.fc1.weight.init = normal;
@@ -148,9 +131,9 @@ inline model make_model(const config& cfg, int tp_rank = 0, int tp_size = 1) {
     m.blocks.push_back(std::move(b));
   }
   m.ln_f = sn::make_layer_norm(cfg.dim);
-  m.head = sp::make_column_parallel_linear(cfg.dim, cfg.vocab, tp_rank, tp_size, false, false);
+  m.head = sn::make_column_parallel_linear(cfg.dim, cfg.vocab, tp_rank, tp_size, false, false);
   m.head.weight.init = normal;
-  m.loss = sp::make_vocab_parallel_cross_entropy(cfg.vocab, tp_rank, tp_size);
+  m.loss = sn::make_vocab_parallel_cross_entropy(cfg.vocab, tp_rank, tp_size);
   return m;
 }
 
@@ -168,23 +151,19 @@ class synthetic_tokens {
     strata::expects<strata::config_error>(
         cfg.vocab > 0 && cfg.seq > 0,
         strata::detail::cat("gpt::synthetic_tokens: vocab ", cfg.vocab, " and seq ", cfg.seq, " must be positive"));
-    const auto key = strata::detail::init_key(seed, "markov_chain");
+    const strata::random_stream chain(seed, "markov_chain");
     for (std::size_t i = 0; i < next_.size(); ++i)
-      next_[i] = static_cast<int>(strata::detail::splitmix64(key ^ strata::detail::splitmix64(i)) %
-                                  static_cast<std::uint64_t>(vocab_));
+      next_[i] = static_cast<int>(chain.bits(i) % static_cast<std::uint64_t>(vocab_));
   }
 
   // Rows [first_row, first_row + rows) into b: inputs and targets [rows, seq], ids as floats.
   void fill(std::uint64_t first_row, std::int64_t rows, strata::batch<>& b) const {
     b.inputs.resize({rows, seq_});
     b.targets.resize({rows, seq_});
-    const auto key = strata::detail::init_key(seed_, "token_stream");
+    const strata::random_stream stream(seed_, "token_stream");
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::uint64_t row = first_row + static_cast<std::uint64_t>(r);
-      const auto draw = [&](int pos) {
-        return strata::detail::unit_open(strata::detail::splitmix64(
-            key ^ strata::detail::splitmix64(row * static_cast<std::uint64_t>(seq_ + 1) + pos)));
-      };
+      const auto draw = [&](int pos) { return stream.uniform(row * static_cast<std::uint64_t>(seq_ + 1) + pos); };
       int tok = static_cast<int>(draw(0) * vocab_) % vocab_;
       for (int s = 0; s < seq_; ++s) {
         b.inputs[r * seq_ + s] = static_cast<float>(tok);

@@ -6,7 +6,7 @@
 
 #include <strata/nn/all.hpp>
 #include <strata/train/batch.hpp>
-#include <strata/train/init.hpp>
+#include <strata/core/random.hpp>
 
 namespace mlp {
 
@@ -62,21 +62,20 @@ inline model make_model(const shape_config& s) {
 class synthetic_data {
  public:
   synthetic_data(const shape_config& s, std::uint64_t seed) : s_(s), seed_(seed), teacher_(s.features * s.classes) {
-    const auto key = strata::detail::init_key(seed, "teacher");
-    for (std::size_t i = 0; i < teacher_.size(); ++i)
-      teacher_[i] = strata::detail::init_value(strata::init_spec::normal(1.0f), key, i);
+    const strata::random_stream teacher(seed, "teacher");
+    for (std::size_t i = 0; i < teacher_.size(); ++i) teacher_[i] = static_cast<float>(teacher.normal(i));
   }
 
   // Rows [first, first + count) of the stream into b (inputs [count, F], targets [count]).
   void fill(std::uint64_t first, std::int64_t count, strata::batch<>& b) const {
     b.inputs.resize({count, s_.features});
     b.targets.resize({count});
-    const auto key = strata::detail::init_key(seed_, "features");
+    const strata::random_stream features(seed_, "features");
     for (std::int64_t r = 0; r < count; ++r) {
       const std::uint64_t row = first + static_cast<std::uint64_t>(r);
       float* x = b.inputs.data() + r * s_.features;
       for (int f = 0; f < s_.features; ++f)
-        x[f] = strata::detail::init_value(strata::init_spec::normal(1.0f), key, row * s_.features + f);
+        x[f] = static_cast<float>(features.normal(row * s_.features + f));
       int best = 0;
       float best_v = -1e30f;
       for (int c = 0; c < s_.classes; ++c) {

@@ -7,7 +7,7 @@
 #include <initializer_list>
 #include <random>
 #include <string>
-#include <strata/nn/detail/cuda_ops.cuh>
+#include <strata/space/cuda_ops.cuh>
 #include <strata/nn/gelu.hpp>
 #include <strata/nn/linear.hpp>
 #include <strata/nn/mse.hpp>

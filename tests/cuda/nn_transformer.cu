@@ -25,7 +25,7 @@ namespace {
 
 using namespace strata_test;
 namespace nn = strata::nn;
-namespace sp = strata::parallel;
+namespace sp = strata::nn;
 using device_ctx = strata::context<strata::cuda, strata::nccl_comm>;
 
 // One MPI session for the whole program: MPI cannot start again once finalized.
@@ -378,12 +378,16 @@ TEST_CASE("tensor-parallel block moves and the row-parallel bias give the host's
   const host_tensor hblocks = host_of({p, rows, cols}, blocks), hbias = host_of({cols}, bias);
   device_tensor dy({rows, p * cols}), db({rows, cols}), dsum = device_of({rows, cols}, partial);
   const device_tensor dblocks = device_of({p, rows, cols}, blocks), dbias = device_of({cols}, bias);
-  strata::detail::concat_blocks(hctx, hblocks.data(), p, rows, cols, hy.data());
-  strata::detail::take_block(hctx, hy.data(), p, k, rows, cols, hb.data());
-  strata::detail::add_bias(hctx, rows, cols, hbias.data(), hsum.data());
-  strata::detail::concat_blocks(denv.ctx, dblocks.data(), p, rows, cols, dy.data());
-  strata::detail::take_block(denv.ctx, dy.data(), p, k, rows, cols, db.data());
-  strata::detail::add_bias(denv.ctx, rows, cols, dbias.data(), dsum.data());
+  // What column_parallel_linear (gather_output) and row_parallel_linear run, in ctx's space.
+  const auto moves = [&](auto& ctx, const float* blocks_in, float* y, float* block_out, const float* b, float* sum) {
+    using ops = strata::ops_of<std::remove_reference_t<decltype(ctx)>>;
+    const auto exec = strata::exec_of(ctx);
+    ops::rows(exec, rows, p * cols, strata::nn::detail::concat_blocks_fn{blocks_in, y, p, rows, cols});
+    ops::rows(exec, rows, cols, strata::nn::detail::take_block_fn{y, block_out, p, k, cols});
+    strata::nn::detail::add_rows(ctx, rows, cols, sum, b, sum);
+  };
+  moves(hctx, hblocks.data(), hy.data(), hb.data(), hbias.data(), hsum.data());
+  moves(denv.ctx, dblocks.data(), dy.data(), db.data(), dbias.data(), dsum.data());
   denv.synchronize();
   CHECK(same_bits(read(dy), values_of(hy)));
   CHECK(same_bits(read(db), values_of(hb)));

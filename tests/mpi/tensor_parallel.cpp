@@ -13,7 +13,7 @@
 #include <strata/model/reflect.hpp>
 #include <strata/nn/attention.hpp>
 #include <strata/nn/softmax_cross_entropy.hpp>
-#include <strata/parallel/tensor_parallel.hpp>
+#include <strata/nn/tp/all.hpp>
 #include <strata/train/init.hpp>
 #include <strata/train/layer_table.hpp>
 #include <string>
@@ -24,7 +24,7 @@
 #include "catch.hpp"
 
 using namespace strata;
-namespace sp = strata::parallel;
+namespace sp = strata::nn;
 
 // Portable across Catch2 v2 and v3, with the whole text in the failure message.
 #define CHECK_CONTAINS(text, part)                \

@@ -45,4 +45,15 @@ struct shape {
   friend std::ostream& operator<<(std::ostream& os, const shape& s) { return os << s.str(); }
 };
 
+namespace detail {
+// [n] for sizes known to be valid: a constexpr shape with none of the checks of the
+// initializer-list constructor.
+constexpr shape vector_shape(std::int64_t n) {
+  shape s;
+  s.rank = 1;
+  s[0] = n;
+  return s;
+}
+}  // namespace detail
+
 }  // namespace strata

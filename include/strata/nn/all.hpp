@@ -1,5 +1,5 @@
-// Every nn/ building block: layers (linear, embedding, layer_norm, relu, gelu) and the
-// losses (softmax_cross_entropy, mse) that a model's aggregate is made of.
+// Every nn/ building block: layers (linear, embedding, layer_norm, relu, gelu, attention),
+// residual adds, the losses (softmax_cross_entropy, mse) and the tensor-parallel forms.
 #pragma once
 #include "attention.hpp"
 #include "context.hpp"
@@ -10,4 +10,6 @@
 #include "mse.hpp"
 #include "position_embedding.hpp"
 #include "relu.hpp"
+#include "residual.hpp"
 #include "softmax_cross_entropy.hpp"
+#include "tp/all.hpp"

@@ -4,12 +4,10 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
-#include <type_traits>
 
+#include "../core/config.hpp"
 #include "../space/tensor.hpp"
-#include "context.hpp"
-#include "detail/device_ops.hpp"
-#include "detail/loops.hpp"
+#include "detail/checks.hpp"
 
 namespace strata::nn {
 
@@ -40,6 +38,20 @@ struct gelu_tanh {
   }
 };
 
+template <class Math>  // gelu_erf or gelu_tanh
+struct gelu_forward_fn {
+  const float* x;
+  float* y;
+  STRATA_HOST_DEVICE void operator()(std::int64_t i) const { y[i] = Math::value(x[i]); }
+};
+template <class Math>
+struct gelu_backward_fn {
+  const float* x;
+  const float* dy;
+  float* dx;
+  STRATA_HOST_DEVICE void operator()(std::int64_t i) const { dx[i] = dy[i] * Math::derivative(x[i]); }
+};
+
 }  // namespace detail
 
 struct gelu {
@@ -52,44 +64,28 @@ struct gelu {
 
   template <class Ctx>
   void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
-    nn::detail::require_distinct(&x, &y, "gelu", std::string());
+    detail::require_distinct(&x, &y, "gelu", std::string());
     y.resize(x.shape());
     const auto n = static_cast<std::int64_t>(x.numel());
-    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
-      (void)ctx;
-      const float* xp = x.data();
-      float* yp = y.data();
-      // The branch is outside the loops so each loop is one straight-line body.
-      if (approximate == gelu_approximation::tanh)
-        nn::detail::elementwise(n, [=](std::int64_t i) { yp[i] = detail::gelu_tanh::value(xp[i]); });
-      else
-        nn::detail::elementwise(n, [=](std::int64_t i) { yp[i] = detail::gelu_erf::value(xp[i]); });
-    } else {
-      nn::detail::device_ops_for<space_of<Ctx>>::gelu_forward(ctx.exec(), approximate, n, x.data(), y.data());
-    }
+    // The choice is outside the map so each loop is one straight-line body.
+    if (approximate == gelu_approximation::tanh)
+      ops_of<Ctx>::map(exec_of(ctx), n, detail::gelu_forward_fn<detail::gelu_tanh>{x.data(), y.data()});
+    else
+      ops_of<Ctx>::map(exec_of(ctx), n, detail::gelu_forward_fn<detail::gelu_erf>{x.data(), y.data()});
     c.x = &x;
   }
 
   template <class Ctx>
   void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
-    nn::detail::require_forward_ran(c.x, "gelu", std::string());
-    nn::detail::require_dy(dy, c.x->shape(), "gelu", std::string());
-    nn::detail::require_distinct(&dy, &dx, "gelu", std::string());
+    detail::require_forward_ran(c.x, "gelu", std::string());
+    detail::require_dy(dy, c.x->shape(), "gelu", std::string());
+    detail::require_distinct(&dy, &dx, "gelu", std::string());
     dx.resize(c.x->shape());
     const auto n = static_cast<std::int64_t>(dy.numel());
-    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
-      (void)ctx;
-      const float* xp = c.x->data();
-      const float* g = dy.data();
-      float* dxp = dx.data();
-      if (approximate == gelu_approximation::tanh)
-        nn::detail::elementwise(n, [=](std::int64_t i) { dxp[i] = g[i] * detail::gelu_tanh::derivative(xp[i]); });
-      else
-        nn::detail::elementwise(n, [=](std::int64_t i) { dxp[i] = g[i] * detail::gelu_erf::derivative(xp[i]); });
-    } else {
-      nn::detail::device_ops_for<space_of<Ctx>>::gelu_backward(ctx.exec(), approximate, n, c.x->data(),
-                                                                   dy.data(), dx.data());
-    }
+    if (approximate == gelu_approximation::tanh)
+      ops_of<Ctx>::map(exec_of(ctx), n, detail::gelu_backward_fn<detail::gelu_tanh>{c.x->data(), dy.data(), dx.data()});
+    else
+      ops_of<Ctx>::map(exec_of(ctx), n, detail::gelu_backward_fn<detail::gelu_erf>{c.x->data(), dy.data(), dx.data()});
   }
 };
 

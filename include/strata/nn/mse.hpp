@@ -3,14 +3,38 @@
 #pragma once
 #include <cstdint>
 #include <string>
-#include <type_traits>
 
+#include "../core/config.hpp"
 #include "../space/tensor.hpp"
 #include "context.hpp"
-#include "detail/device_ops.hpp"
-#include "detail/loops.hpp"
+#include "detail/checks.hpp"
 
 namespace strata::nn {
+
+namespace detail {
+struct difference_fn {
+  const float* x;
+  const float* t;
+  float* d;
+  STRATA_HOST_DEVICE void operator()(std::int64_t i) const { d[i] = x[i] - t[i]; }
+};
+// diff^2 in double (exact: a product of two floats fits in a double).
+struct square_term {
+  const float* d;
+  STRATA_HOST_DEVICE double operator()(std::int64_t i) const { return static_cast<double>(d[i]) * d[i]; }
+};
+// dx = dy[0] * 2 diff / n, with dy read where it is (on a GPU the loss scale stays there).
+struct mse_backward_fn {
+  const float* diff;
+  const float* dy;
+  float* dx;
+  std::int64_t n;
+  STRATA_HOST_DEVICE void operator()(std::int64_t i) const {
+    const float scale = 2.0f * dy[0] / static_cast<float>(n);
+    dx[i] = scale * diff[i];
+  }
+};
+}  // namespace detail
 
 struct mse {
   template <class Space = host>
@@ -21,65 +45,39 @@ struct mse {
   // x and targets of the same shape -> y [1] = mean of (x - target)^2.
   template <targets_context Ctx>
   void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
-    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
-      loss(x, ctx.targets(), y, c);
-    } else {
-      const tensor_for<Ctx>& targets = ctx.targets();
-      check_inputs(x, targets, y);
-      c.diff.resize(x.shape());
-      y.resize(nn::detail::vector_shape(1));
-      nn::detail::device_ops_for<space_of<Ctx>>::mse_forward(ctx.exec(), static_cast<std::int64_t>(x.numel()),
-                                                                x.data(), targets.data(), c.diff.data(), y.data());
-    }
+    run_forward(exec_of(ctx), x, ctx.targets(), y, c);
   }
 
   // dx = dy[0] * 2 (x - target) / numel.
   template <class Ctx>
   void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
-    nn::detail::require_forward_ran(c.diff.shape().rank != 0 ? &c.diff : nullptr, "mse", std::string());
-    nn::detail::require_dy(dy, nn::detail::vector_shape(1), "mse", std::string());
-    nn::detail::require_distinct(&dy, &dx, "mse", std::string());
+    detail::require_forward_ran(c.diff.shape().rank != 0 ? &c.diff : nullptr, "mse", std::string());
+    detail::require_dy(dy, detail::vector_shape(1), "mse", std::string());
+    detail::require_distinct(&dy, &dx, "mse", std::string());
     dx.resize(c.diff.shape());
     const auto n = static_cast<std::int64_t>(c.diff.numel());
-    if constexpr (std::is_same_v<space_of<Ctx>, host>) {
-      (void)ctx;
-      const float scale = n ? 2.0f * dy[0] / static_cast<float>(n) : 0.0f;
-      const float* d = c.diff.data();
-      float* dxp = dx.data();
-      nn::detail::elementwise(n, [=](std::int64_t i) { dxp[i] = scale * d[i]; });
-    } else {
-      // dy[0] is read by the kernel: the loss scale stays on the device.
-      nn::detail::device_ops_for<space_of<Ctx>>::mse_backward(ctx.exec(), n, c.diff.data(), dy.data(),
-                                                                 dx.data());
-    }
+    ops_of<Ctx>::map(exec_of(ctx), n, detail::mse_backward_fn{c.diff.data(), dy.data(), dx.data(), n});
   }
 
   // The forward without a context (on the host): the loss of x against explicit targets.
   void loss(const tensor<float>& x, const tensor<float>& targets, tensor<float>& y, cache<>& c) const {
-    check_inputs(x, targets, y);
-    const auto n = static_cast<std::int64_t>(x.numel());
-    c.diff.resize(x.shape());
-    const float *xp = x.data(), *tp = targets.data();
-    float* d = c.diff.data();
-    nn::detail::elementwise(n, [=](std::int64_t i) { d[i] = xp[i] - tp[i]; });
-    // One thread, a fixed vector order: the same sum for any thread count.
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (std::int64_t i = 0; i < n; ++i) s += static_cast<double>(d[i]) * d[i];
-    y.resize(nn::detail::vector_shape(1));
-    y[0] = n ? static_cast<float>(s / static_cast<double>(n)) : 0.0f;
+    run_forward(executor<host>{}, x, targets, y, c);
   }
 
  private:
-  // The checks of both spaces; only shapes are read.
   template <class Space>
-  static void check_inputs(const tensor<float, Space>& x, const tensor<float, Space>& targets,
-                           const tensor<float, Space>& y) {
-    nn::detail::require_distinct(&x, &y, "mse", std::string());
-    if (!(targets.shape() == x.shape())) [[unlikely]]
-      nn::detail::fail(strata::detail::cat("mse: targets have shape ", targets.shape(), ", the input has ",
-                                           x.shape(), "; they must match"),
-                       std::source_location::current());
+  static void run_forward(const executor<Space>& exec, const tensor<float, Space>& x,
+                          const tensor<float, Space>& targets, tensor<float, Space>& y, cache<Space>& c) {
+    detail::require_distinct(&x, &y, "mse", std::string());
+    expects<config_error>(targets.shape() == x.shape(), [&] {
+      return strata::detail::cat("mse: targets have shape ", targets.shape(), ", the input has ", x.shape(),
+                                 "; they must match");
+    });
+    const auto n = static_cast<std::int64_t>(x.numel());
+    c.diff.resize(x.shape());
+    y.resize(detail::vector_shape(1));
+    ops_for<Space>::map(exec, n, detail::difference_fn{x.data(), targets.data(), c.diff.data()});
+    ops_for<Space>::mean(exec, n, detail::square_term{c.diff.data()}, y.data());
   }
 };
 

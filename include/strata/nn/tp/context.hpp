@@ -1,5 +1,5 @@
 // What tensor-parallel layers share: the tp_context concept, the check that a layer built
-// for T ranks runs on a tensor communicator of T ranks, and the slice arithmetic.
+// for T ranks runs on a tensor communicator of T ranks, its collectives, and slice sizes.
 #pragma once
 #include <cstdint>
 #include <source_location>
@@ -12,7 +12,7 @@
 #include "../../comm/reduce_op.hpp"
 #include "../../comm/request.hpp"
 #include "../../core/error.hpp"
-#include "../../nn/detail/loops.hpp"
+#include "../detail/checks.hpp"
 
 namespace strata {
 
@@ -24,8 +24,6 @@ concept tp_context = requires(Ctx& ctx) {
   requires communicator<std::remove_cvref_t<decltype(ctx.tp())>>;
 };
 
-namespace detail {
-
 // The rank's slice of `total` items over `size` ranks; a layer that does not divide its
 // items evenly is refused at construction (Megatron pads the vocab instead; we make the
 // user choose).
@@ -36,13 +34,19 @@ struct tp_slice {
 };
 
 inline tp_slice make_tp_slice(std::string_view what, std::int64_t total, std::string_view items, int rank, int size) {
-  expects<config_error>(size > 0 && rank >= 0 && rank < size,
-                        cat(what, ": tensor-parallel rank ", rank, " is not in [0, ", size, ")"));
-  expects<config_error>(total > 0, cat(what, ": ", total, " ", items, " (must be positive)"));
-  expects<config_error>(total % size == 0,
-                        cat(what, ": ", total, " ", items, " do not divide over ", size, " tensor-parallel ranks"));
+  expects<config_error>(size > 0 && rank >= 0 && rank < size, [&] {
+    return detail::cat(what, ": tensor-parallel rank ", rank, " is not in [0, ", size, ")");
+  });
+  expects<config_error>(total > 0, [&] { return detail::cat(what, ": ", total, " ", items, " (must be positive)"); });
+  expects<config_error>(total % size == 0, [&] {
+    return detail::cat(what, ": ", total, " ", items, " do not divide over ", size, " tensor-parallel ranks");
+  });
   return {rank, size, total / size};
 }
+
+}  // namespace strata
+
+namespace strata::nn::detail {
 
 // Called at the top of every forward/backward: a layer that holds 1/T of a tensor must
 // run with T ranks in ctx.tp(). A whole layer (T = 1) needs no communicator and does not
@@ -55,15 +59,16 @@ bool tp_active(Ctx& ctx, int tp_size, std::string_view kind, const std::string& 
   if (tp_size == 1) return false;
   if constexpr (tp_context<Ctx>) {
     const int have = ctx.tp().size();
-    if (have != tp_size) [[unlikely]]
-      nn::detail::fail(cat(nn::detail::label(kind, owner), ": built for ", tp_size,
-                           " tensor-parallel ranks, but the context's tensor communicator has ", have),
-                       loc);
+    expects<config_error>(have == tp_size, [&] {
+      return strata::detail::cat(label(kind, owner), ": built for ", tp_size,
+                                 " tensor-parallel ranks, but the context's tensor communicator has ", have);
+    }, loc);
   } else {
     (void)ctx;
-    nn::detail::fail(cat(nn::detail::label(kind, owner), ": built for ", tp_size,
-                         " tensor-parallel ranks, but the context has no tensor communicator (ctx.tp())"),
-                     loc);
+    expects<config_error>(false, [&] {
+      return strata::detail::cat(label(kind, owner), ": built for ", tp_size,
+                                 " tensor-parallel ranks, but the context has no tensor communicator (ctx.tp())");
+    }, loc);
   }
   return true;
 }
@@ -86,5 +91,4 @@ void tp_all_gather(Ctx& ctx, std::span<const float> in, std::span<float> out) {
   if constexpr (tp_context<Ctx>) ctx.tp().all_gather(in, out);
 }
 
-}  // namespace detail
-}  // namespace strata
+}  // namespace strata::nn::detail

@@ -1,0 +1,106 @@
+// The checks every nn/ layer makes before touching memory, with messages that name the
+// layer by its params' reflected names, and the shape arithmetic they share.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <source_location>
+#include <string>
+#include <string_view>
+
+#include "../../core/error.hpp"
+#include "../../core/shape.hpp"
+#include "../../space/host_ops.hpp"  // the host space is always there; CUDA comes with <strata/cuda.cuh>
+#include "../../space/ops.hpp"
+#include "../../space/tensor.hpp"
+
+namespace strata::nn::detail {
+
+using strata::detail::vector_shape;
+
+// "linear" or "linear fc1" when the layout has named the param "fc1.weight": layers do
+// not know their field name, their params do once a model is reflected. Only built on
+// the error path, so a forward that passes its checks allocates nothing.
+inline std::string label(std::string_view kind, const std::string& param_name) {
+  const auto dot = param_name.rfind('.');
+  if (dot == std::string::npos) return std::string(kind);
+  return strata::detail::cat(kind, " ", std::string_view(param_name).substr(0, dot));
+}
+
+// The shape s with its last extent replaced by last.
+inline strata::shape with_last(strata::shape s, std::int64_t last) {
+  s[s.rank - 1] = last;
+  return s;
+}
+
+// Number of rows when the last dimension is the feature dimension.
+inline std::int64_t rows_of(const strata::shape& s) {
+  std::int64_t r = 1;
+  for (std::size_t i = 0; i + 1 < s.rank; ++i) r *= s[i];
+  return r;
+}
+
+// `kind` names the layer type and `owner` is one of its params, whose reflected name
+// tells which field it is.
+template <class P>
+void require_bound(const P& p, std::string_view kind, const std::string& owner, std::string_view what,
+                   const std::source_location loc = std::source_location::current()) {
+  expects<config_error>(p.numel() == 0 || p.bound(), [&] {
+    return strata::detail::cat(label(kind, owner), ": ", what,
+                               " is not bound to storage (bind params through the model layout first)");
+  }, loc);
+}
+template <class P>
+void require_grad(const P& p, std::string_view kind, const std::string& owner, std::string_view what,
+                  const std::source_location loc = std::source_location::current()) {
+  expects<config_error>(p.numel() == 0 || p.grad_ptr != nullptr, [&] {
+    return strata::detail::cat(label(kind, owner), ": ", what, " has no gradient storage bound");
+  }, loc);
+}
+
+template <class Space>
+void require_features(const tensor<float, Space>& x, std::int64_t features, std::string_view kind,
+                      const std::string& owner, std::string_view param_kind,
+                      const std::source_location loc = std::source_location::current()) {
+  expects<config_error>(x.shape().rank != 0, [&] {
+    return strata::detail::cat(label(kind, owner), ": input is a scalar (rank 0), expected [..., ", features, "]");
+  }, loc);
+  const auto got = x.shape()[x.shape().rank - 1];
+  expects<config_error>(got == features, [&] {
+    return strata::detail::cat(label(kind, owner), ": input has ", got, " features, ", param_kind, " expects ",
+                               features, " (input shape ", x.shape(), ")");
+  }, loc);
+}
+
+inline void require_distinct(const void* in, const void* out, std::string_view kind, const std::string& owner,
+                             const std::source_location loc = std::source_location::current()) {
+  expects<config_error>(in != out, [&] {
+    return strata::detail::cat(label(kind, owner),
+                               ": input and output are the same tensor (in-place is not supported)");
+  }, loc);
+}
+
+template <class Space>
+void require_dy(const tensor<float, Space>& dy, const strata::shape& expected, std::string_view kind,
+                const std::string& owner, const std::source_location loc = std::source_location::current()) {
+  expects<config_error>(dy.shape() == expected, [&] {
+    return strata::detail::cat(label(kind, owner), " backward: dy has shape ", dy.shape(),
+                               ", the forward output had ", expected);
+  }, loc);
+}
+
+inline void require_forward_ran(const void* input, std::string_view kind, const std::string& owner,
+                                const std::source_location loc = std::source_location::current()) {
+  expects<config_error>(input != nullptr, [&] {
+    return strata::detail::cat(label(kind, owner), ": backward called with a cache that no forward filled");
+  }, loc);
+}
+
+// An id check's result as the layer's error (a strata::error: bad data, not a bad
+// configuration), e.g. "embedding: token id 70 at position 3 is out of range ...".
+template <class Message>
+void require_ids(const id_check& bad, Message&& message,
+                 const std::source_location loc = std::source_location::current()) {
+  expects<error>(!bad, [&] { return message(bad.value, bad.index); }, loc);
+}
+
+}  // namespace strata::nn::detail

@@ -1,0 +1,126 @@
+// The row functors of softmax cross-entropy, whole (nn::softmax_cross_entropy) and split
+// by vocabulary over tensor ranks (nn::vocab_parallel_cross_entropy), for any space.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "../../core/config.hpp"
+
+namespace strata::nn::detail {
+
+// Per row: the max m and log(sum exp(x - m)) are kept apart, because a float m + log(...)
+// would round away the softmax's precision when logits are large (ulp(1e4) ~ 1e-3).
+
+// The whole row in one pass: max, sum of exp(x - m) in double, and the row's loss
+// m - x_target + log(sum). The targets have been checked to be class ids.
+struct cross_entropy_rows_fn {
+  const float* logits;
+  const float* targets;
+  float* row_max;
+  float* log_sum;
+  float* target_out;
+  double* row_loss;
+  std::int64_t classes;
+  template <class Row>
+  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
+    const float* xr = logits + r * classes;
+    // Subtracting the row max keeps every exp in (0, 1]: no overflow for any logits.
+    const float m = row.max(classes, [&](std::int64_t j) { return xr[j]; });
+    const double se = row.sum(classes, [&](std::int64_t j) { return static_cast<double>(std::exp(xr[j] - m)); });
+    row.once([&] {
+      const double ls = std::log(se);
+      const float t = targets[r];
+      row_max[r] = m;
+      log_sum[r] = static_cast<float>(ls);
+      target_out[r] = t;
+      row_loss[r] = (static_cast<double>(m) - static_cast<double>(xr[static_cast<std::int64_t>(t)])) + ls;
+    });
+  }
+};
+
+// Split by vocabulary, step 1: this rank's row maxima and a copy of the targets.
+struct vocab_max_rows_fn {
+  const float* logits;
+  const float* targets;
+  float* row_max;
+  float* target_out;
+  std::int64_t classes;
+  template <class Row>
+  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
+    const float* xr = logits + r * classes;
+    const float m = row.max(classes, [&](std::int64_t j) { return xr[j]; });
+    row.once([&] {
+      row_max[r] = m;
+      target_out[r] = targets[r];
+    });
+  }
+};
+
+// Step 2, once the maxima are global: sums[r] = sum of exp(x - m) over this rank's
+// columns [lo, lo + classes), sums[rows + r] = the target's logit where this rank holds
+// it, else 0 (the all-reduce of both then gives every rank the whole row's).
+struct vocab_sum_rows_fn {
+  const float* logits;
+  const float* row_max;
+  const float* target;
+  double* sums;
+  std::int64_t rows, classes, lo;
+  template <class Row>
+  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
+    const float* xr = logits + r * classes;
+    const float m = row_max[r];
+    const double se = row.sum(classes, [&](std::int64_t j) { return static_cast<double>(std::exp(xr[j] - m)); });
+    row.once([&] {
+      const std::int64_t t = static_cast<std::int64_t>(target[r]) - lo;
+      sums[r] = se;
+      sums[rows + r] = t >= 0 && t < classes ? static_cast<double>(xr[t]) : 0.0;
+    });
+  }
+};
+
+// Step 3, once the sums are global: each row's log-sum and loss.
+struct vocab_finish_fn {
+  const float* row_max;
+  const double* sums;
+  float* log_sum;
+  double* row_loss;
+  std::int64_t rows;
+  STRATA_HOST_DEVICE void operator()(std::int64_t r) const {
+    const double ls = std::log(sums[r]);
+    log_sum[r] = static_cast<float>(ls);
+    row_loss[r] = (static_cast<double>(row_max[r]) - sums[rows + r]) + ls;
+  }
+};
+
+struct row_loss_term {
+  const double* row_loss;
+  STRATA_HOST_DEVICE double operator()(std::int64_t i) const { return row_loss[i]; }
+};
+
+// dx = dy[0] / rows * (softmax(x) - onehot(target)) on vocabulary columns [lo, lo +
+// classes) (lo = 0 for the whole row), with dy read where it is: on a GPU the loss scale
+// stays on the device. The target is compared, never used as an index.
+struct softmax_grad_rows_fn {
+  const float* logits;
+  const float* row_max;
+  const float* log_sum;
+  const float* target;
+  const float* dy;
+  float* dx;
+  std::int64_t rows, classes, lo;
+  template <class Row>
+  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
+    const float scale = dy[0] / static_cast<float>(rows);
+    const float* xr = logits + r * classes;
+    float* dr = dx + r * classes;
+    const float m = row_max[r], l = log_sum[r];
+    const std::int64_t t = static_cast<std::int64_t>(target[r]) - lo;
+    row.for_each(classes, [&](std::int64_t j) {
+      float v = scale * std::exp((xr[j] - m) - l);
+      if (j == t) v -= scale;
+      dr[j] = v;
+    });
+  }
+};
+
+}  // namespace strata::nn::detail

@@ -1,0 +1,67 @@
+// The products of a linear layer on a (slice of a) weight, in any space: shared by
+// nn::linear and the column- and row-parallel linears of nn/tp/.
+#pragma once
+#include <cstdint>
+
+#include "../../core/config.hpp"
+#include "../../space/ops.hpp"
+
+namespace strata::nn::detail {
+
+// src[i, j] of a row-major [rows, cols] matrix: the term of a plain column sum.
+struct matrix_term {
+  const float* src;
+  std::int64_t cols;
+  STRATA_HOST_DEVICE float operator()(std::int64_t i, std::int64_t j) const { return src[i * cols + j]; }
+};
+
+// y[r, :] = x[r, :] + row for every r (x may be y).
+struct add_row_fn {
+  const float* x;
+  const float* row;
+  float* y;
+  std::int64_t cols;
+  template <class Row>
+  STRATA_HOST_DEVICE void operator()(const Row& r, std::int64_t i) const {
+    const float *xi = x + i * cols;
+    float* yi = y + i * cols;
+    r.for_each(cols, [&](std::int64_t j) { yi[j] = xi[j] + row[j]; });
+  }
+};
+
+// y[rows, out] = x[rows, in] W[out, in]^T (+ b[out] when b is not null).
+template <class Ctx>
+void linear_forward(Ctx& ctx, const float* x, std::int64_t rows, std::int64_t in, const float* w, std::int64_t out,
+                    const float* b, float* y) {
+  using ops = ops_of<Ctx>;
+  const auto exec = exec_of(ctx);
+  // Broadcasting b into y and letting the GEMM add onto it (beta = 1) saves a pass.
+  if (b) ops::broadcast_rows(exec, rows, out, b, y);
+  ops::gemm(exec, transpose::no, transpose::yes, rows, out, in, 1.0f, x, in, w, in, b ? 1.0f : 0.0f, y, out);
+}
+
+// dx[rows, in] = dy[rows, out] W[out, in].
+template <class Ctx>
+void linear_input_grad(Ctx& ctx, const float* dy, std::int64_t rows, std::int64_t out, const float* w,
+                       std::int64_t in, float* dx) {
+  ops_of<Ctx>::gemm(exec_of(ctx), transpose::no, transpose::no, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+}
+
+// gw[out, in] += dy^T x; gb[out] += column sums of dy (when gb is not null).
+template <class Ctx>
+void linear_param_grads(Ctx& ctx, const float* dy, const float* x, std::int64_t rows, std::int64_t out,
+                        std::int64_t in, float* gw, float* gb) {
+  using ops = ops_of<Ctx>;
+  const auto exec = exec_of(ctx);
+  ops::gemm(exec, transpose::yes, transpose::no, out, in, rows, 1.0f, dy, out, x, in, 1.0f, gw, in);
+  if (gb) ops::add_column_sums(exec, rows, out, matrix_term{dy, out}, gb);
+}
+
+// y[rows, cols] += row[cols] (a row-parallel bias once the partial products are summed;
+// a position table).
+template <class Ctx>
+void add_rows(Ctx& ctx, std::int64_t rows, std::int64_t cols, const float* x, const float* row, float* y) {
+  ops_of<Ctx>::rows(exec_of(ctx), rows, cols, add_row_fn{x, row, y, cols});
+}
+
+}  // namespace strata::nn::detail

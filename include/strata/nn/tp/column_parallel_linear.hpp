@@ -1,0 +1,157 @@
+// nn::column_parallel_linear: y = x W^T + b with W split by output rows over the ranks of
+// ctx.tp() (Megatron's ColumnParallelLinear); with tp_size 1 it is nn::linear.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "../../core/config.hpp"
+#include "../../model/param.hpp"
+#include "../../space/tensor.hpp"
+#include "../detail/checks.hpp"
+#include "../detail/linear_ops.hpp"
+#include "context.hpp"
+
+namespace strata::nn {
+
+namespace detail {
+// blocks[p][rows][cols] (what all_gather returns) -> y[rows][p cols]: row r of y is the
+// ranks' rows r side by side.
+struct concat_blocks_fn {
+  const float* blocks;
+  float* y;
+  std::int64_t p, rows, cols;
+  template <class Row>
+  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
+    for (std::int64_t k = 0; k < p; ++k) {
+      const float* src = blocks + (k * rows + r) * cols;
+      float* dst = y + (r * p + k) * cols;
+      row.for_each(cols, [&](std::int64_t j) { dst[j] = src[j]; });
+    }
+  }
+};
+// Columns [k cols, (k + 1) cols) of y[rows][p cols] -> out[rows][cols].
+struct take_block_fn {
+  const float* y;
+  float* out;
+  std::int64_t p, k, cols;
+  template <class Row>
+  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
+    const float* yr = y + r * p * cols + k * cols;
+    float* o = out + r * cols;
+    row.for_each(cols, [&](std::int64_t j) { o[j] = yr[j]; });
+  }
+};
+}  // namespace detail
+
+// Rank r holds rows [r out/T, (r+1) out/T) of the full [out, in] weight and the same
+// slice of the bias. The input is whole on every rank; the output is this rank's slice of
+// the features, or, with gather_output, all of them. Backward all-reduces dx (Megatron's
+// "f"), overlapped with the weight-grad GEMM.
+struct column_parallel_linear {
+  param<float> weight;  // [out/T, in]
+  param<float> bias;    // [out/T], or [0] without bias
+  bool gather_output = false;
+  int tp_rank = 0, tp_size = 1;
+
+  template <class Space = host>
+  struct cache {
+    const tensor<float, Space>* x = nullptr;  // the input, kept alive by the trainer until backward
+    tensor<float, Space> local;               // with gather_output: this rank's slice of y
+    tensor<float, Space> gathered;            // [T, rows, out/T] as all_gather leaves it
+    tensor<float, Space> dy_local;            // with gather_output: this rank's slice of dy
+  };
+
+  std::int64_t in_features() const noexcept { return weight.shape[1]; }
+  std::int64_t local_out_features() const noexcept { return weight.shape[0]; }
+  std::int64_t out_features() const noexcept { return weight.shape[0] * tp_size; }
+  bool has_bias() const noexcept { return bias.numel() != 0; }
+
+  template <class Ctx>
+  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
+    const bool dist = detail::tp_active(ctx, tp_size, kind, weight.name);
+    check_params();
+    const std::int64_t in = in_features(), out_l = local_out_features();
+    detail::require_features(x, in, kind, weight.name, "weight");
+    detail::require_distinct(&x, &y, kind, weight.name);
+    const std::int64_t rows = detail::rows_of(x.shape());
+    const float* b = has_bias() ? bias.data() : nullptr;
+    if (dist && gather_output) {
+      c.local.resize(detail::with_last(x.shape(), out_l));
+      detail::linear_forward(ctx, x.data(), rows, in, weight.data(), out_l, b, c.local.data());
+      c.gathered.resize(detail::vector_shape(rows * out_l * tp_size));
+      detail::tp_all_gather(ctx, c.local.span(), c.gathered.span());
+      y.resize(detail::with_last(x.shape(), out_features()));
+      ops_of<Ctx>::rows(exec_of(ctx), rows, out_l * tp_size,
+                        detail::concat_blocks_fn{c.gathered.data(), y.data(), tp_size, rows, out_l});
+    } else {
+      y.resize(detail::with_last(x.shape(), out_l));
+      detail::linear_forward(ctx, x.data(), rows, in, weight.data(), out_l, b, y.data());
+    }
+    c.x = &x;
+  }
+
+  template <class Ctx>
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
+    const bool dist = detail::tp_active(ctx, tp_size, kind, weight.name);
+    detail::require_forward_ran(c.x, kind, weight.name);
+    check_params();
+    detail::require_grad(weight, kind, weight.name, "weight");
+    detail::require_grad(bias, kind, weight.name, "bias");
+    const tensor_for<Ctx>& x = *c.x;
+    const std::int64_t in = in_features(), out_l = local_out_features();
+    const bool gathered = dist && gather_output;
+    detail::require_dy(dy, detail::with_last(x.shape(), gathered ? out_features() : out_l), kind, weight.name);
+    detail::require_distinct(&dy, &dx, kind, weight.name);
+    const std::int64_t rows = detail::rows_of(x.shape());
+    const float* g = dy.data();
+    if (gathered) {
+      c.dy_local.resize(detail::with_last(x.shape(), out_l));
+      ops_of<Ctx>::rows(exec_of(ctx), rows, out_l,
+                        detail::take_block_fn{dy.data(), c.dy_local.data(), tp_size, tp_rank, out_l});
+      g = c.dy_local.data();
+    }
+    dx.resize(x.shape());
+    detail::linear_input_grad(ctx, g, rows, out_l, weight.data(), in, dx.data());
+    // Each rank's dx is the contribution of its output slice: the sum is the full dx.
+    // The all-reduce runs on the communicator's lane (NCCL: its stream) while the
+    // weight-grad GEMM runs here (on the compute stream).
+    request pending = dist ? detail::tp_all_reduce_async(ctx, dx.span()) : request{};
+    detail::linear_param_grads(ctx, g, x.data(), rows, out_l, in, weight.grad(), has_bias() ? bias.grad() : nullptr);
+    pending.wait();
+  }
+
+ private:
+  static constexpr const char* kind = "column_parallel_linear";
+  void check_params() const {
+    expects<config_error>(
+        weight.shape.rank == 2 && (!has_bias() || bias.numel() == static_cast<std::size_t>(weight.shape[0])), [&] {
+          return strata::detail::cat(detail::label(kind, weight.name), ": weight has shape ", weight.shape,
+                                     " and bias ", bias.shape,
+                                     "; expected [out/T, in] and [out/T] (or [0] without bias)");
+        });
+    detail::require_bound(weight, kind, weight.name, "weight");
+    detail::require_bound(bias, kind, weight.name, "bias");
+  }
+};
+
+// Checks divisibility and declares each param's slice of the full tensor; the weight
+// starts like torch.nn.Linear's (uniform in +-1/sqrt(in)), drawn over the full weight.
+inline column_parallel_linear make_column_parallel_linear(int in_features, int out_features, int tp_rank, int tp_size,
+                                                          bool bias = true, bool gather_output = false) {
+  expects<config_error>(in_features > 0, [&] {
+    return strata::detail::cat("column_parallel_linear: ", in_features, " input features (must be positive)");
+  });
+  const auto s = make_tp_slice("column_parallel_linear", out_features, "output features", tp_rank, tp_size);
+  column_parallel_linear l;
+  l.weight = param<float>(shape{s.per_rank, in_features},
+                          init_spec::uniform(1.0f / std::sqrt(static_cast<float>(in_features))));
+  l.weight.shard_of(shape{out_features, in_features}, 0, s.begin());
+  l.bias = param<float>(bias ? shape{s.per_rank} : shape{0}, init_spec::zeros());
+  if (bias) l.bias.shard_of(shape{out_features}, 0, s.begin());
+  l.gather_output = gather_output;
+  l.tp_rank = tp_rank;
+  l.tp_size = tp_size;
+  return l;
+}
+
+}  // namespace strata::nn

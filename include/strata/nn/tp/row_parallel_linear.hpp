@@ -1,0 +1,103 @@
+// nn::row_parallel_linear: y = all_reduce(x_r W_r^T) + b with W split by input columns over
+// the ranks of ctx.tp() (Megatron's RowParallelLinear); with tp_size 1 it is nn::linear.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "../../model/param.hpp"
+#include "../../space/tensor.hpp"
+#include "../detail/checks.hpp"
+#include "../detail/linear_ops.hpp"
+#include "context.hpp"
+
+namespace strata::nn {
+
+// Rank r holds columns [r in/T, (r+1) in/T) of the full [out, in] weight and takes the
+// matching slice of the features as input (what a column_parallel_linear without
+// gather_output produces). The bias is whole on every rank and added once, after the
+// reduction. Backward is local.
+struct row_parallel_linear {
+  param<float> weight;  // [out, in/T]
+  param<float> bias;    // [out] (replicated), or [0] without bias
+  int tp_rank = 0, tp_size = 1;
+
+  template <class Space = host>
+  struct cache {
+    const tensor<float, Space>* x = nullptr;  // the input slice, kept alive by the trainer until backward
+  };
+
+  std::int64_t local_in_features() const noexcept { return weight.shape[1]; }
+  std::int64_t in_features() const noexcept { return weight.shape[1] * tp_size; }
+  std::int64_t out_features() const noexcept { return weight.shape[0]; }
+  bool has_bias() const noexcept { return bias.numel() != 0; }
+
+  template <class Ctx>
+  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
+    const bool dist = detail::tp_active(ctx, tp_size, kind, weight.name);
+    check_params();
+    const std::int64_t in_l = local_in_features(), out = out_features();
+    detail::require_features(x, in_l, kind, weight.name, "weight slice");
+    detail::require_distinct(&x, &y, kind, weight.name);
+    const std::int64_t rows = detail::rows_of(x.shape());
+    y.resize(detail::with_last(x.shape(), out));
+    const float* b = has_bias() ? bias.data() : nullptr;
+    detail::linear_forward(ctx, x.data(), rows, in_l, weight.data(), out, dist ? nullptr : b, y.data());
+    if (dist) {
+      // The next layer needs the whole sum: nothing can overlap this reduction.
+      detail::tp_all_reduce(ctx, y.span());
+      if (b) detail::add_rows(ctx, rows, out, y.data(), b, y.data());
+    }
+    c.x = &x;
+  }
+
+  // dx (this rank's slice) = dy W_r; W_r.grad += dy^T x_r; bias.grad += column sums of dy,
+  // the same full bias gradient on every rank.
+  template <class Ctx>
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
+    (void)detail::tp_active(ctx, tp_size, kind, weight.name);
+    detail::require_forward_ran(c.x, kind, weight.name);
+    check_params();
+    detail::require_grad(weight, kind, weight.name, "weight");
+    detail::require_grad(bias, kind, weight.name, "bias");
+    const tensor_for<Ctx>& x = *c.x;
+    const std::int64_t in_l = local_in_features(), out = out_features();
+    detail::require_dy(dy, detail::with_last(x.shape(), out), kind, weight.name);
+    detail::require_distinct(&dy, &dx, kind, weight.name);
+    const std::int64_t rows = detail::rows_of(x.shape());
+    dx.resize(x.shape());
+    detail::linear_input_grad(ctx, dy.data(), rows, out, weight.data(), in_l, dx.data());
+    detail::linear_param_grads(ctx, dy.data(), x.data(), rows, out, in_l, weight.grad(),
+                               has_bias() ? bias.grad() : nullptr);
+  }
+
+ private:
+  static constexpr const char* kind = "row_parallel_linear";
+  void check_params() const {
+    expects<config_error>(
+        weight.shape.rank == 2 && (!has_bias() || bias.numel() == static_cast<std::size_t>(weight.shape[0])), [&] {
+          return strata::detail::cat(detail::label(kind, weight.name), ": weight has shape ", weight.shape,
+                                     " and bias ", bias.shape,
+                                     "; expected [out, in/T] and [out] (or [0] without bias)");
+        });
+    detail::require_bound(weight, kind, weight.name, "weight");
+    detail::require_bound(bias, kind, weight.name, "bias");
+  }
+};
+
+inline row_parallel_linear make_row_parallel_linear(int in_features, int out_features, int tp_rank, int tp_size,
+                                                    bool bias = true) {
+  expects<config_error>(out_features > 0, [&] {
+    return strata::detail::cat("row_parallel_linear: ", out_features, " output features (must be positive)");
+  });
+  const auto s = make_tp_slice("row_parallel_linear", in_features, "input features", tp_rank, tp_size);
+  row_parallel_linear l;
+  l.weight = param<float>(shape{out_features, s.per_rank},
+                          init_spec::uniform(1.0f / std::sqrt(static_cast<float>(in_features))));
+  l.weight.shard_of(shape{out_features, in_features}, 1, s.begin());
+  l.bias = param<float>(bias ? shape{out_features} : shape{0}, init_spec::zeros());
+  l.tp_rank = tp_rank;
+  l.tp_size = tp_size;
+  return l;
+}
+
+}  // namespace strata::nn

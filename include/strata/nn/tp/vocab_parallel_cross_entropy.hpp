@@ -1,0 +1,110 @@
+// nn::vocab_parallel_cross_entropy: cross-entropy over logits split by vocabulary over the
+// ranks of ctx.tp() (Megatron's vocab_parallel_cross_entropy), without gathering them.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "../../comm/reduce_op.hpp"
+#include "../../space/tensor.hpp"
+#include "../context.hpp"
+#include "../detail/checks.hpp"
+#include "../detail/cross_entropy.hpp"
+#include "context.hpp"
+
+namespace strata::nn {
+
+// The logits are what a column_parallel_linear head without gather_output produces. The
+// loss is the mean over rows of log sum_j exp(x_j) - x_target. Forward all-reduces the row
+// maxima, then the sums of exponentials with the target logits (one packed all-reduce);
+// backward is local: dx = dy[0] / rows * (softmax - onehot) on this rank's columns. With
+// tp_size 1 it gives nn::softmax_cross_entropy's bits.
+struct vocab_parallel_cross_entropy {
+  std::int64_t vocab = 0;  // the full vocabulary
+  int tp_rank = 0, tp_size = 1;
+
+  template <class Space = host>
+  struct cache {
+    const tensor<float, Space>* logits = nullptr;  // the input, kept alive by the trainer until backward
+    tensor<float, Space> row_max;                  // [rows]
+    tensor<float, Space> log_sum;                  // [rows]: log(sum exp(x - max))
+    tensor<float, Space> target;                   // [rows]: a copy, so backward needs no ctx state
+    tensor<double, Space> sums;                    // [2 rows]: sum of exp(x - m), then the target logit
+    tensor<double, Space> row_loss;                // [rows]: summed in a fixed order for the mean
+    // Where the targets are not readable by the host: [1], for the id check on the device.
+    tensor<unsigned long long, Space> bad_row;
+  };
+
+  std::int64_t local_vocab() const noexcept { return tp_size > 0 ? vocab / tp_size : 0; }
+  std::int64_t vocab_begin() const noexcept { return local_vocab() * tp_rank; }
+
+  // logits [..., V/T] (this rank's columns) and ctx.targets() of the leading shape,
+  // holding ids in [0, V) -> y [1] = mean loss over rows, the same on every rank.
+  template <targets_context Ctx>
+  void forward(Ctx& ctx, const tensor_for<Ctx>& logits, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
+    const bool dist = detail::tp_active(ctx, tp_size, kind, std::string());
+    const tensor_for<Ctx>& targets = ctx.targets();
+    detail::require_distinct(&logits, &y, kind, std::string());
+    const std::int64_t classes = local_vocab(), lo = vocab_begin();
+    detail::require_features(logits, classes, kind, std::string(), "this rank's vocabulary slice");
+    const auto& s = logits.shape();
+    const std::int64_t rows = detail::rows_of(s);
+    expects<config_error>(static_cast<std::int64_t>(targets.numel()) == rows && targets.shape().rank + 1 == s.rank,
+                          [&] {
+                            return strata::detail::cat(kind, ": targets have shape ", targets.shape(), " for logits ",
+                                                       s, "; expected one class id per row of the leading shape");
+                          });
+    using ops = ops_of<Ctx>;
+    const auto exec = exec_of(ctx);
+    // Every tensor rank has the same targets, so a bad one throws on all of them before
+    // any collective.
+    detail::require_ids(ops::check_ids(exec, rows, vocab, targets.data(), c.bad_row), [&](float t, std::int64_t r) {
+      return strata::detail::cat(kind, ": target ", t, " at row ", r, " is not a class id in [0, ", vocab, ")");
+    });
+    c.row_max.resize(detail::vector_shape(rows));
+    c.log_sum.resize(detail::vector_shape(rows));
+    c.target.resize(detail::vector_shape(rows));
+    c.sums.resize(detail::vector_shape(2 * rows));
+    c.row_loss.resize(detail::vector_shape(rows));
+    y.resize(detail::vector_shape(1));
+    ops::rows(exec, rows, classes,
+              detail::vocab_max_rows_fn{logits.data(), targets.data(), c.row_max.data(), c.target.data(), classes});
+    // Subtracting the global row max keeps every exp in (0, 1] on every rank.
+    if (dist) detail::tp_all_reduce(ctx, c.row_max.span(), reduce_op::max);
+    ops::rows(exec, rows, classes,
+              detail::vocab_sum_rows_fn{logits.data(), c.row_max.data(), c.target.data(), c.sums.data(), rows,
+                                        classes, lo});
+    if (dist) detail::tp_all_reduce(ctx, c.sums.span());
+    ops::map(exec, rows,
+             detail::vocab_finish_fn{c.row_max.data(), c.sums.data(), c.log_sum.data(), c.row_loss.data(), rows});
+    ops::mean(exec, rows, detail::row_loss_term{c.row_loss.data()}, y.data());
+    c.logits = &logits;
+  }
+
+  template <class Ctx>
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
+    (void)detail::tp_active(ctx, tp_size, kind, std::string());
+    detail::require_forward_ran(c.logits, kind, std::string());
+    detail::require_dy(dy, detail::vector_shape(1), kind, std::string());
+    detail::require_distinct(&dy, &dx, kind, std::string());
+    const tensor_for<Ctx>& x = *c.logits;
+    const std::int64_t classes = local_vocab(), lo = vocab_begin(), rows = detail::rows_of(x.shape());
+    dx.resize(x.shape());
+    ops_of<Ctx>::rows(exec_of(ctx), rows, classes,
+                      detail::softmax_grad_rows_fn{x.data(), c.row_max.data(), c.log_sum.data(), c.target.data(),
+                                                   dy.data(), dx.data(), rows, classes, lo});
+  }
+
+ private:
+  static constexpr const char* kind = "vocab_parallel_cross_entropy";
+};
+
+inline vocab_parallel_cross_entropy make_vocab_parallel_cross_entropy(int vocab, int tp_rank, int tp_size) {
+  expects<config_error>(vocab <= (1 << 24), [&] {
+    return strata::detail::cat("vocab_parallel_cross_entropy: vocab ", vocab,
+                               " exceeds 2^24, above which float ids are not exact");
+  });
+  const auto s = make_tp_slice("vocab_parallel_cross_entropy", vocab, "vocabulary entries", tp_rank, tp_size);
+  return vocab_parallel_cross_entropy{vocab, s.rank, s.size};
+}
+
+}  // namespace strata::nn

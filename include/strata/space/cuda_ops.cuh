@@ -1,0 +1,322 @@
+// ops<cuda>: the CUDA space's operations (space/ops.hpp): cuBLAS GEMMs on the executor's
+// stream, and kernels for maps, per-row functors and reductions, each in a fixed order.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cub/block/block_reduce.cuh>
+
+#include "../core/error.hpp"
+#include "../core/shape.hpp"
+#include "cuda.hpp"
+#include "detail/cublas_check.hpp"
+#include "ops.hpp"
+#include "tensor.hpp"
+
+namespace strata {
+
+namespace detail {
+
+// Threads per block of every kernel here. Kernels are templates (on the block size or a
+// functor) so that these headers can be included by several .cu files of one program
+// without duplicate kernel symbols.
+inline constexpr int cuda_ops_block = 256;
+// Blocks of a kernel that loops over rows, tiles or elements: enough to fill any current
+// GPU (132 SMs x 8 resident blocks of 256 threads) many times over; more would only add
+// scheduling. Results never depend on it: every item is one block's or thread's work.
+inline constexpr std::int64_t cuda_ops_max_blocks = 1 << 16;
+
+inline unsigned cuda_blocks_for(std::int64_t items) {
+  return static_cast<unsigned>(std::max<std::int64_t>(1, std::min(items, cuda_ops_max_blocks)));
+}
+inline unsigned cuda_blocks_for_threads(std::int64_t threads) {
+  return cuda_blocks_for((threads + cuda_ops_block - 1) / cuda_ops_block);
+}
+
+inline void check_ops_launch() { STRATA_CHECK_CUDA(cudaGetLastError()); }
+
+// The row max, compared as the host compares (x > m ? x : m).
+struct max_op {
+  __device__ float operator()(float a, float b) const { return b > a ? b : a; }
+};
+
+// The row of a rows functor on a GPU: a block of Block threads; thread t takes elements
+// t, t + Block, ... in every pass, and sums and maxima go through CUB's fixed trees.
+template <int Block>
+struct cuda_row {
+  using max_reduce = cub::BlockReduce<float, Block>;
+  using sum_reduce = cub::BlockReduce<double, Block>;
+  struct storage {
+    union {
+      typename max_reduce::TempStorage max;
+      typename sum_reduce::TempStorage sum;
+    } temp;
+    float max;
+    double sum;
+  };
+  storage* s;
+
+  template <class G>
+  __device__ void for_each(std::int64_t n, G&& g) const {
+    for (std::int64_t j = threadIdx.x; j < n; j += Block) g(j);
+  }
+  template <class G>
+  __device__ double sum(std::int64_t n, G&& g) const {
+    double part = 0.0;
+    for (std::int64_t j = threadIdx.x; j < n; j += Block) part += g(j);
+    part = sum_reduce(s->temp.sum).Sum(part);
+    if (threadIdx.x == 0) s->sum = part;
+    __syncthreads();  // the sum is visible, and temp may be reused
+    const double total = s->sum;
+    __syncthreads();  // every thread has read it before a later pass overwrites it
+    return total;
+  }
+  template <class G>
+  __device__ float max(std::int64_t n, G&& g) const {
+    float m = g(0);
+    for (std::int64_t j = threadIdx.x; j < n; j += Block) {
+      const float v = g(j);
+      m = v > m ? v : m;
+    }
+    m = max_reduce(s->temp.max).Reduce(m, max_op{});
+    if (threadIdx.x == 0) s->max = m;
+    __syncthreads();
+    const float top = s->max;
+    __syncthreads();
+    return top;
+  }
+  template <class G>
+  __device__ void once(G&& g) const {
+    if (threadIdx.x == 0) g();
+  }
+  __device__ void sync() const { __syncthreads(); }
+};
+
+template <class F>
+__global__ void __launch_bounds__(cuda_ops_block) map_kernel(std::int64_t n, F f) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) f(i);
+}
+
+template <int Block, class F>
+__global__ void __launch_bounds__(Block) rows_kernel(std::int64_t rows, F f) {
+  __shared__ typename cuda_row<Block>::storage shared;
+  const cuda_row<Block> row{&shared};
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    f(row, r);
+    __syncthreads();  // before the next row reuses the shared storage
+  }
+}
+
+// One thread per column, summing its rows in order in double: the host's order, with
+// no float atomics.
+template <class Term>
+__global__ void __launch_bounds__(cuda_ops_block)
+    column_sums_kernel(std::int64_t rows, std::int64_t cols, Term term, float* out) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < cols; j += stride) {
+    double acc = 0.0;
+    for (std::int64_t i = 0; i < rows; ++i) acc += static_cast<double>(term(i, j));
+    out[j] = static_cast<float>(out[j] + acc);
+  }
+}
+
+// One block: each thread sums a fixed stride of terms, CUB combines them in a fixed
+// tree. Enough for a loss (one term per row or element, read once).
+template <class Term>
+__global__ void __launch_bounds__(cuda_ops_block) mean_kernel(std::int64_t n, Term term, float* out) {
+  using reduce = cub::BlockReduce<double, cuda_ops_block>;
+  __shared__ typename reduce::TempStorage temp;
+  double s = 0.0;
+  for (std::int64_t i = threadIdx.x; i < n; i += cuda_ops_block) s += term(i);
+  s = reduce(temp).Sum(s);
+  if (threadIdx.x == 0) *out = n ? static_cast<float>(s / static_cast<double>(n)) : 0.0f;
+}
+
+// The host's test of an id: a whole number in [0, limit).
+__device__ inline bool is_id(float v, std::int64_t limit) {
+  return v >= 0.0f && v < static_cast<float>(limit) && v == floorf(v);
+}
+
+// The smallest position whose value is not an id goes to *first (atomicMin on an integer
+// is order-free, so the result is deterministic).
+template <int Block>
+__global__ void __launch_bounds__(Block)
+    check_ids_kernel(std::int64_t n, std::int64_t limit, const float* values, unsigned long long* first) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * Block;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * Block + threadIdx.x; i < n; i += stride)
+    if (!is_id(values[i], limit)) atomicMin(first, static_cast<unsigned long long>(i));
+}
+
+// out[ids[t] - lo, j] += src[t, j] over tokens t in order. Thread (p, j) owns column j of
+// the rows r with r % parts == p and walks every token: each element has one owner that
+// adds in token order (the host's float sum) with no atomics; `parts` only spreads the
+// rows over more threads.
+template <int Block>
+__global__ void __launch_bounds__(Block)
+    scatter_rows_kernel(std::int64_t n, std::int64_t d, std::int64_t lo, std::int64_t local, std::int64_t parts,
+                        const float* ids, const float* src, float* out) {
+  const std::int64_t owners = parts * d, stride = static_cast<std::int64_t>(gridDim.x) * Block;
+  for (std::int64_t o = static_cast<std::int64_t>(blockIdx.x) * Block + threadIdx.x; o < owners; o += stride) {
+    const std::int64_t p = o / d, j = o % d;
+    for (std::int64_t t = 0; t < n; ++t) {
+      const std::int64_t row = static_cast<std::int64_t>(ids[t]) - lo;
+      if (row < 0 || row >= local || row % parts != p) continue;
+      out[row * d + j] += src[t * d + j];
+    }
+  }
+}
+// Owner threads the scatter aims for: a few per resident thread of a large GPU, so that
+// each walks the tokens with 1/parts of the adds. More only rescan the ids.
+inline constexpr std::int64_t cuda_scatter_owners = 1 << 18;
+
+struct broadcast_rows_fn {
+  const float* row;
+  float* out;
+  std::int64_t cols;
+  __device__ void operator()(std::int64_t i) const { out[i] = row[i % cols]; }
+};
+struct add_into_fn {
+  float* a;
+  const float* b;
+  __device__ void operator()(std::int64_t i) const { a[i] += b[i]; }
+};
+
+// cuBLAS takes int extents: refuse what would silently wrap (the message is built only
+// on failure).
+inline void require_int_extents(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t lda, std::int64_t ldb,
+                                std::int64_t ldc, std::int64_t batch = 1) {
+  const auto fits = [](std::int64_t v) { return v >= 0 && v <= INT_MAX; };
+  expects<config_error>(fits(m) && fits(n) && fits(k) && fits(lda) && fits(ldb) && fits(ldc) && fits(batch), [&] {
+    return cat("gemm: extents m=", m, " n=", n, " k=", k, " (batch ", batch, ") exceed the 32-bit range of cuBLAS");
+  });
+}
+// cuBLAS rejects leading dimensions below 1 even when k == 0 and nothing is read.
+inline int cublas_ld(std::int64_t v) { return static_cast<int>(v < 1 ? 1 : v); }
+inline cublasOperation_t cublas_op(transpose t) { return t == transpose::yes ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+}  // namespace detail
+
+template <>
+struct ops<cuda> {
+  using exec_type = executor<cuda>;
+  // One launch for many small GEMMs is what keeps a GPU busy: layers batch them.
+  static constexpr bool prefers_batched = true;
+
+  // On exec.stream through exec.blas (whose pointer mode must be host, cuBLAS's default).
+  // cuBLAS is column-major, where a row-major matrix reads as its transpose: C^T =
+  // op(B)^T op(A)^T is the same call with A and B (and m and n) swapped.
+  static void gemm(const exec_type& exec, transpose ta, transpose tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                   float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
+                   float* c, std::int64_t ldc) {
+    if (m == 0 || n == 0) return;
+    detail::require_int_extents(m, n, k, lda, ldb, ldc);
+    STRATA_CHECK_CUBLAS(cublasSgemm(exec.blas, detail::cublas_op(tb), detail::cublas_op(ta), static_cast<int>(n),
+                                    static_cast<int>(m), static_cast<int>(k), &alpha, b, detail::cublas_ld(ldb), a,
+                                    detail::cublas_ld(lda), &beta, c, detail::cublas_ld(ldc)));
+  }
+
+  static void gemm_strided_batched(const exec_type& exec, transpose ta, transpose tb, std::int64_t m, std::int64_t n,
+                                   std::int64_t k, float alpha, const float* a, std::int64_t lda,
+                                   std::int64_t stride_a, const float* b, std::int64_t ldb, std::int64_t stride_b,
+                                   float beta, float* c, std::int64_t ldc, std::int64_t stride_c,
+                                   std::int64_t batch) {
+    if (m == 0 || n == 0 || batch == 0) return;
+    detail::require_int_extents(m, n, k, lda, ldb, ldc, batch);
+    STRATA_CHECK_CUBLAS(cublasSgemmStridedBatched(
+        exec.blas, detail::cublas_op(tb), detail::cublas_op(ta), static_cast<int>(n), static_cast<int>(m),
+        static_cast<int>(k), &alpha, b, detail::cublas_ld(ldb), static_cast<long long>(stride_b), a,
+        detail::cublas_ld(lda), static_cast<long long>(stride_a), &beta, c, detail::cublas_ld(ldc),
+        static_cast<long long>(stride_c), static_cast<int>(batch)));
+  }
+
+  template <class F>
+  static void map(const exec_type& exec, std::int64_t n, const F& f) {
+    if (n <= 0) return;
+    detail::map_kernel<<<detail::cuda_blocks_for_threads(n), detail::cuda_ops_block, 0, exec.stream>>>(n, f);
+    detail::check_ops_launch();
+  }
+
+  template <class F>
+  static void rows(const exec_type& exec, std::int64_t rows, std::int64_t, const F& f) {
+    if (rows <= 0) return;
+    detail::rows_kernel<detail::cuda_ops_block>
+        <<<detail::cuda_blocks_for(rows), detail::cuda_ops_block, 0, exec.stream>>>(rows, f);
+    detail::check_ops_launch();
+  }
+
+  template <class Term>
+  static void add_column_sums(const exec_type& exec, std::int64_t rows, std::int64_t cols, const Term& term,
+                              float* out) {
+    if (cols <= 0) return;
+    detail::column_sums_kernel<<<detail::cuda_blocks_for_threads(cols), detail::cuda_ops_block, 0, exec.stream>>>(
+        rows, cols, term, out);
+    detail::check_ops_launch();
+  }
+
+  template <class Term>
+  static void mean(const exec_type& exec, std::int64_t n, const Term& term, float* out) {
+    detail::mean_kernel<<<1, detail::cuda_ops_block, 0, exec.stream>>>(n, term, out);
+    detail::check_ops_launch();
+  }
+
+  // Flags the first bad position on the device, then waits for the stream (through
+  // wait_stream: not a hang if a peer failed) and reads it, and its value, back.
+  static id_check check_ids(const exec_type& exec, std::int64_t n, std::int64_t limit, const float* values,
+                            tensor<unsigned long long, cuda>& scratch) {
+    scratch.resize(detail::vector_shape(1));
+    unsigned long long* first = scratch.data();
+    // All bits set: larger than every position, so atomicMin finds the first.
+    STRATA_CHECK_CUDA(cudaMemsetAsync(first, 0xff, sizeof(unsigned long long), exec.stream));
+    if (n > 0) {
+      detail::check_ids_kernel<detail::cuda_ops_block><<<detail::cuda_blocks_for_threads(n), detail::cuda_ops_block, 0, exec.stream>>>(
+          n, limit, values, first);
+      detail::check_ops_launch();
+    }
+    unsigned long long found = 0;
+    STRATA_CHECK_CUDA(cudaMemcpyAsync(&found, first, sizeof found, cudaMemcpyDeviceToHost, exec.stream));
+    wait_stream(exec.stream);
+    id_check check;
+    if (found < static_cast<unsigned long long>(n)) [[unlikely]] {
+      check.index = static_cast<std::int64_t>(found);
+      STRATA_CHECK_CUDA(
+          cudaMemcpyAsync(&check.value, values + check.index, sizeof check.value, cudaMemcpyDeviceToHost, exec.stream));
+      wait_stream(exec.stream);
+    }
+    return check;
+  }
+
+  static void scatter_add_rows(const exec_type& exec, std::int64_t n, std::int64_t d, std::int64_t lo,
+                               std::int64_t local, const float* ids, const float* src, float* out) {
+    if (n == 0 || d == 0 || local == 0) return;
+    const std::int64_t parts = std::max<std::int64_t>(1, std::min(local, detail::cuda_scatter_owners / d));
+    detail::scatter_rows_kernel<detail::cuda_ops_block><<<detail::cuda_blocks_for_threads(parts * d), detail::cuda_ops_block, 0,
+                                  exec.stream>>>(n, d, lo, local, parts, ids, src, out);
+    detail::check_ops_launch();
+  }
+
+  // Queued on the stream (cuda::zero / copy would wait on the legacy stream instead,
+  // unordered with the layers' stream).
+  static void fill_zero(const exec_type& exec, float* p, std::int64_t n) {
+    if (n > 0) STRATA_CHECK_CUDA(cudaMemsetAsync(p, 0, static_cast<std::size_t>(n) * sizeof(float), exec.stream));
+  }
+  static void copy(const exec_type& exec, float* dst, const float* src, std::int64_t n) {
+    if (n > 0)
+      STRATA_CHECK_CUDA(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * sizeof(float),
+                                        cudaMemcpyDeviceToDevice, exec.stream));
+  }
+  static void broadcast_rows(const exec_type& exec, std::int64_t rows, std::int64_t cols, const float* row,
+                             float* out) {
+    if (rows == 0 || cols == 0) return;
+    map(exec, rows * cols, detail::broadcast_rows_fn{row, out, cols});
+  }
+  static void add_into(const exec_type& exec, std::int64_t n, float* a, const float* b) {
+    map(exec, n, detail::add_into_fn{a, b});
+  }
+};
+
+}  // namespace strata

@@ -1,0 +1,196 @@
+// ops<host>: the host space's operations (space/ops.hpp) on OpenBLAS and OpenMP. Loops go
+// parallel only when they pay, and every sum has an order that no thread count changes.
+#pragma once
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "../core/config.hpp"
+#include "../core/error.hpp"
+#include "host.hpp"
+#include "ops.hpp"
+#include "tensor.hpp"
+
+namespace strata {
+
+namespace detail {
+
+// Below this many elements an OpenMP team costs more than it saves (a fork/join is a
+// few microseconds; a cheap elementwise op is under a nanosecond per element).
+inline constexpr std::int64_t parallel_threshold = 1 << 15;
+
+// f(i) for i in [0, n): vectorized always, threaded when n is large.
+template <class F>
+STRATA_FORCEINLINE void elementwise(std::int64_t n, F&& f) {
+#pragma omp parallel for simd if (parallel : n >= parallel_threshold)
+  for (std::int64_t i = 0; i < n; ++i) f(i);
+}
+
+// f(row) for each row, threaded when rows * row_cost is large.
+template <class F>
+STRATA_FORCEINLINE void for_rows(std::int64_t rows, std::int64_t row_cost, F&& f) {
+#pragma omp parallel for schedule(static) if (rows * row_cost >= parallel_threshold && rows > 1)
+  for (std::int64_t r = 0; r < rows; ++r) f(r);
+}
+
+// The row of a rows functor on the host: one thread does the whole row, vectorized. Its
+// members are STRATA_HOST_DEVICE only so that a functor's call operator, which is, may
+// call them in CUDA translation units too; they run on the host.
+struct host_row {
+  template <class G>
+  STRATA_HOST_DEVICE void for_each(std::int64_t n, G&& g) const {
+#pragma omp simd
+    for (std::int64_t j = 0; j < n; ++j) g(j);
+  }
+  // The vector lanes' partial sums, combined at the end: a fixed order for a build.
+  template <class G>
+  STRATA_HOST_DEVICE double sum(std::int64_t n, G&& g) const {
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (std::int64_t j = 0; j < n; ++j) s += g(j);
+    return s;
+  }
+  template <class G>
+  STRATA_HOST_DEVICE float max(std::int64_t n, G&& g) const {
+    float m = g(0);
+#pragma omp simd reduction(max : m)
+    for (std::int64_t j = 0; j < n; ++j) {
+      const float v = g(j);
+      m = v > m ? v : m;
+    }
+    return m;
+  }
+  template <class G>
+  STRATA_HOST_DEVICE void once(G&& g) const {
+    g();
+  }
+  STRATA_HOST_DEVICE void sync() const {}
+};
+
+}  // namespace detail
+
+template <>
+struct ops<host> {
+  using exec_type = executor<host>;
+  // A batched GEMM is a loop of GEMMs here: layers walk (batch, head) pairs one at a
+  // time instead, which keeps a pair's intermediates in cache.
+  static constexpr bool prefers_batched = false;
+
+  static void gemm(const exec_type&, transpose ta, transpose tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                   float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
+                   float* c, std::int64_t ldc) {
+    if (m == 0 || n == 0) return;
+    // LP64 CBLAS takes int extents: refuse what would silently wrap.
+    const auto fits = [](std::int64_t v) { return v >= 0 && v <= INT_MAX; };
+    expects<config_error>(fits(m) && fits(n) && fits(k) && fits(lda) && fits(ldb) && fits(ldc), [&] {
+      return detail::cat("gemm: extents m=", m, " n=", n, " k=", k, " exceed the 32-bit range of CBLAS");
+    });
+    // BLAS rejects leading dimensions below 1 even when k == 0 and nothing is read.
+    const auto ld = [](std::int64_t v) { return static_cast<int>(v < 1 ? 1 : v); };
+    cblas_sgemm(CblasRowMajor, ta == transpose::yes ? CblasTrans : CblasNoTrans,
+                tb == transpose::yes ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(k), alpha, a, ld(lda), b, ld(ldb), beta, c, ld(ldc));
+  }
+
+  // One GEMM after another: BLAS threads each one, and a matrix's bits are those of the
+  // same GEMM alone.
+  static void gemm_strided_batched(const exec_type& exec, transpose ta, transpose tb, std::int64_t m, std::int64_t n,
+                                   std::int64_t k, float alpha, const float* a, std::int64_t lda,
+                                   std::int64_t stride_a, const float* b, std::int64_t ldb, std::int64_t stride_b,
+                                   float beta, float* c, std::int64_t ldc, std::int64_t stride_c,
+                                   std::int64_t batch) {
+    for (std::int64_t q = 0; q < batch; ++q)
+      gemm(exec, ta, tb, m, n, k, alpha, a + q * stride_a, lda, b + q * stride_b, ldb, beta, c + q * stride_c, ldc);
+  }
+
+  template <class F>
+  static void map(const exec_type&, std::int64_t n, const F& f) {
+    const F g = f;  // a local copy: its pointers are loop invariants the vectorizer can see
+    detail::elementwise(n, [g](std::int64_t i) { g(i); });
+  }
+
+  template <class F>
+  static void rows(const exec_type&, std::int64_t rows, std::int64_t cols, const F& f) {
+    const detail::host_row row;
+    detail::for_rows(rows, cols, [&](std::int64_t r) { f(row, r); });
+  }
+
+  // Threads split the columns and each column is summed over rows in order, in double.
+  template <class Term>
+  static void add_column_sums(const exec_type&, std::int64_t rows, std::int64_t cols, const Term& term, float* out) {
+    constexpr std::int64_t block = 64;
+    const std::int64_t blocks = (cols + block - 1) / block;
+#pragma omp parallel for schedule(static) if (rows * cols >= detail::parallel_threshold && blocks > 1)
+    for (std::int64_t bj = 0; bj < blocks; ++bj) {
+      const std::int64_t j0 = bj * block, j1 = std::min(cols, j0 + block);
+      double acc[block] = {};
+      for (std::int64_t i = 0; i < rows; ++i) {
+#pragma omp simd
+        for (std::int64_t j = j0; j < j1; ++j) acc[j - j0] += static_cast<double>(term(i, j));
+      }
+      for (std::int64_t j = j0; j < j1; ++j) out[j] = static_cast<float>(out[j] + acc[j - j0]);
+    }
+  }
+
+  // One thread, in index order: the same sum for any thread count.
+  template <class Term>
+  static void mean(const exec_type&, std::int64_t n, const Term& term, float* out) {
+    double s = 0.0;
+    for (std::int64_t i = 0; i < n; ++i) s += term(i);
+    *out = n ? static_cast<float>(s / static_cast<double>(n)) : 0.0f;
+  }
+
+  // A serial pass (the host reads the values where they are): throwing from inside an
+  // OpenMP region would terminate the program, so checks come before threaded work.
+  template <class Scratch>
+  static id_check check_ids(const exec_type&, std::int64_t n, std::int64_t limit, const float* values, Scratch&) {
+    const auto top = static_cast<float>(limit);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float v = values[i];
+      if (!(v >= 0.0f && v < top && v == std::floor(v))) [[unlikely]]
+        return {i, v};
+    }
+    return {};
+  }
+
+  // Repeated ids add into the same row, so threads split the columns, not the tokens:
+  // every element is summed in token order whatever the thread count.
+  static void scatter_add_rows(const exec_type&, std::int64_t n, std::int64_t d, std::int64_t lo, std::int64_t local,
+                               const float* ids, const float* src, float* out) {
+    constexpr std::int64_t block = 64;
+    const std::int64_t blocks = (d + block - 1) / block;
+#pragma omp parallel for schedule(static) if (n * d >= detail::parallel_threshold && blocks > 1)
+    for (std::int64_t bj = 0; bj < blocks; ++bj) {
+      const std::int64_t j0 = bj * block, j1 = std::min(d, j0 + block);
+      for (std::int64_t t = 0; t < n; ++t) {
+        const std::int64_t row = static_cast<std::int64_t>(ids[t]) - lo;
+        if (row < 0 || row >= local) continue;
+        float* o = out + row * d;
+        const float* s = src + t * d;
+#pragma omp simd
+        for (std::int64_t j = j0; j < j1; ++j) o[j] += s[j];
+      }
+    }
+  }
+
+  static void fill_zero(const exec_type&, float* p, std::int64_t n) {
+    if (n > 0) std::memset(p, 0, static_cast<std::size_t>(n) * sizeof(float));
+  }
+  static void copy(const exec_type&, float* dst, const float* src, std::int64_t n) {
+    if (n > 0) std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(float));
+  }
+  static void broadcast_rows(const exec_type&, std::int64_t rows, std::int64_t cols, const float* row, float* out) {
+    detail::for_rows(rows, cols, [&](std::int64_t r) {
+      std::memcpy(out + r * cols, row, static_cast<std::size_t>(cols) * sizeof(float));
+    });
+  }
+  static void add_into(const exec_type&, std::int64_t n, float* a, const float* b) {
+    detail::elementwise(n, [=](std::int64_t i) { a[i] += b[i]; });
+  }
+};
+
+}  // namespace strata

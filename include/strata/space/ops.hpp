@@ -1,0 +1,100 @@
+// The operations by space that layers are written against, once: ops<Space> holds GEMMs,
+// elementwise maps and per-row kernels over shared functors, and deterministic reductions.
+#pragma once
+#include <cstdint>
+#include <type_traits>
+
+#include "host.hpp"
+#include "tensor.hpp"
+
+namespace strata {
+
+// Whether a GEMM operand is used as stored (row-major) or transposed.
+enum class transpose : bool { no = false, yes = true };
+
+// The first value of a checked array that is not an id in [0, limit) (a whole number in
+// range), and that value: index -1 when every value is one.
+struct id_check {
+  std::int64_t index = -1;
+  float value = 0.0f;
+  explicit operator bool() const noexcept { return index >= 0; }
+};
+
+// ops<Space>: the operations of one space, as static functions whose first argument is
+// the space's executor (nothing on the host; stream and cuBLAS handle on a GPU). Each
+// gives the same result in every space up to the order of its sums, and every order is
+// fixed: the result never depends on thread counts or timing.
+//
+//   gemm(exec, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+//       C[m, n] = alpha op(A) op(B) + beta C, row-major; with beta 0, C is not read.
+//   gemm_strided_batched(exec, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b,
+//                        beta, c, ldc, stride_c, batch)
+//       the same for batch matrices q, each X_q = x + q stride_x.
+//   map(exec, n, f)                    f(i) for i in [0, n), in any order.
+//   rows(exec, rows, cols, f)          f(row, r) for r in [0, rows); cols is the row's
+//                                      work, which decides on threads. See below.
+//   add_column_sums(exec, rows, cols, term, out)
+//       out[j] += sum over i of term(i, j), each column summed over rows in order, in double.
+//   mean(exec, n, term, out)           *out = mean of term(i) (double), 0 when n is 0.
+//   check_ids(exec, n, limit, values, scratch) -> id_check
+//       the first value that is not an id in [0, limit). It waits for the space's queued
+//       work: a bad id must throw before anything uses it. scratch (one element) is
+//       resized and used only where the values are not readable by the host.
+//   scatter_add_rows(exec, n, d, lo, local, ids, src, out)
+//       out[ids[t] - lo, :] += src[t, :] for the ids in [lo, lo + local), in token order.
+//   fill_zero, copy, broadcast_rows (out[r, :] = row), add_into (a += b).
+//   prefers_batched                    whether layers should batch small GEMMs into one
+//                                      strided call (a GPU) or run them one by one (the host).
+//
+// Functors given to map and rows are written once for every space: copyable structs of
+// pointers and sizes whose call operator is STRATA_HOST_DEVICE. A rows functor is
+//
+//   template <class Row> STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const;
+//
+// and does its row's work through `row` (one thread on the host, a thread block on a GPU):
+//   row.for_each(n, g)   g(j) for j in [0, n)
+//   row.sum(n, g)        the sum of g(j) as double, given to every thread
+//   row.max(n, g)        the max of g(j) (n >= 1, compared as x > m ? x : m), to every thread
+//   row.once(g)          g() once for the row (thread 0 of the block)
+//   row.sync()           a barrier among the row's threads (nothing on the host)
+// Element j goes to the same thread in for_each, sum and max, so a pass may read what an
+// earlier pass of the same row wrote at j; reading another element written earlier (or
+// anything once wrote) needs row.sync() first.
+template <class Space>
+struct ops;
+
+template <class T>
+concept complete_type = requires { sizeof(T); };
+
+namespace detail {
+// ops<Space>, or one readable error where a .cpp uses a space whose operations live in
+// CUDA headers (instead of "incomplete type" deep inside a layer).
+template <class Space>
+struct checked_ops {
+  static_assert(complete_type<ops<Space>>,
+                "strata: this space's operations are not included: for strata::cuda, include <strata/cuda.cuh> "
+                "from a .cu translation unit");
+  using type = ops<Space>;
+};
+}  // namespace detail
+
+template <class Space>
+using ops_for = typename detail::checked_ops<Space>::type;
+// The operations of the space a context computes in.
+template <class Ctx>
+using ops_of = ops_for<space_of<Ctx>>;
+
+// The executor a context carries (ctx.exec()), or the space's default one for a minimal
+// context without it, such as a test's that only hands out targets.
+template <class Ctx>
+executor<space_of<Ctx>> exec_of(Ctx& ctx) {
+  if constexpr (requires { ctx.exec(); }) {
+    return ctx.exec();
+  } else {
+    static_assert(std::is_same_v<space_of<Ctx>, host>,
+                  "strata: a context outside the host space must hand out its executor (ctx.exec())");
+    return executor<host>{};
+  }
+}
+
+}  // namespace strata
