@@ -13,15 +13,7 @@ namespace strata::nn {
 
 struct softmax_cross_entropy {
   template <class Space = host>
-  struct cache {
-    const tensor<float, Space>* logits = nullptr;  // the input, kept alive by the trainer until backward
-    tensor<float, Space> row_max;                  // [rows]
-    tensor<float, Space> log_sum;                  // [rows]: log(sum exp(x - max))
-    tensor<float, Space> target;                   // [rows]: a copy, so backward needs no ctx state
-    tensor<double, Space> row_loss;                // [rows]: summed in a fixed order for the mean
-    // Where the targets are not readable by the host: [1], for the id check on the device.
-    tensor<unsigned long long, Space> bad_row;
-  };
+  struct cache : detail::cross_entropy_cache<Space> {};
 
   // logits [..., C] and targets of the leading shape ([B] for [B, C], [B, S] for
   // [B, S, C]) holding class ids in [0, C) -> y [1] = mean loss over rows.

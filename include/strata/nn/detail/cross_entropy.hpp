@@ -5,11 +5,23 @@
 #include <cstdint>
 
 #include "../../core/config.hpp"
+#include "../../space/tensor.hpp"
 
 namespace strata::nn::detail {
 
-// Per row: the max m and log(sum exp(x - m)) are kept apart, because a float m + log(...)
-// would round away the softmax's precision when logits are large (ulp(1e4) ~ 1e-3).
+// What backward and the loss need of a forward, in the layer's space. Per row, the max m
+// and log(sum exp(x - m)) are kept apart: a float m + log(...) would round away the
+// softmax's precision when logits are large (ulp(1e4) ~ 1e-3).
+template <class Space>
+struct cross_entropy_cache {
+  const tensor<float, Space>* logits = nullptr;  // the input, kept alive by the trainer until backward
+  tensor<float, Space> row_max;                  // [rows]
+  tensor<float, Space> log_sum;                  // [rows]: log(sum exp(x - max))
+  tensor<float, Space> target;                   // [rows]: a copy, so backward needs no ctx state
+  tensor<double, Space> row_loss;                // [rows]: summed in a fixed order for the mean
+  // Where the targets are not readable by the host: [1], for the id check on the device.
+  tensor<unsigned long long, Space> bad_row;
+};
 
 // The whole row in one pass: max, sum of exp(x - m) in double, and the row's loss
 // m - x_target + log(sum). The targets have been checked to be class ids.

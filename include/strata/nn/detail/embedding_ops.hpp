@@ -2,20 +2,16 @@
 // holds rows [lo, lo + local) of the vocabulary (all of it, or a tensor rank's slice).
 #pragma once
 #include <cstdint>
-#include <string>
+#include <string_view>
 
 #include "../../core/config.hpp"
 #include "../../core/error.hpp"
+#include "../../model/param.hpp"
 #include "../../space/ops.hpp"
 #include "../../space/tensor.hpp"
+#include "checks.hpp"
 
 namespace strata::nn::detail {
-
-// The error of a bad id at position t, for a layer named `who` over `vocab` ids.
-inline std::string bad_token_message(const std::string& who, float id, std::int64_t t, std::int64_t vocab) {
-  return strata::detail::cat(who, ": token id ", id, " at position ", t, " is out of range for vocab ", vocab,
-                             " (ids must be whole numbers in [0, ", vocab, "))");
-}
 
 // y[t, :] = the table's row for ids[t], zeros for an id another rank holds. The ids have
 // been checked to be whole numbers in range.
@@ -37,23 +33,52 @@ struct gather_rows_fn {
   }
 };
 
+// The rows [lo, lo + local) of a vocabulary of `vocab` ids that an embedding table holds.
+struct table_rows {
+  std::int64_t vocab, lo, local;
+};
+
+// An embedding's forward once its params are checked: ids [B] or [B, S] (rank 1 to 3),
+// whole numbers in [0, vocab) -> y [..., dim] (zeros for rows the table does not hold).
 template <class Ctx>
-void gather_rows(Ctx& ctx, std::int64_t n, std::int64_t d, std::int64_t lo, std::int64_t local, const float* ids,
-                 const float* w, float* y) {
-  ops_of<Ctx>::rows(exec_of(ctx), n, d, gather_rows_fn{ids, w, y, d, lo, local});
+void lookup(Ctx& ctx, std::string_view kind, const param<float>& weight, table_rows rows, const tensor_for<Ctx>& ids,
+            tensor_for<Ctx>& y, tensor<unsigned long long, space_of<Ctx>>& scratch) {
+  require_distinct(&ids, &y, kind, weight.name);
+  const auto& s = ids.shape();
+  expects<config_error>(s.rank != 0 && s.rank < shape::max_rank, [&] {
+    return strata::detail::cat(label(kind, weight.name), ": ids have shape ", s,
+                               "; expected rank 1 to 3 ([B] or [B, S])");
+  });
+  const std::int64_t n = static_cast<std::int64_t>(ids.numel()), d = weight.shape[1];
+  require_ids(ops_of<Ctx>::check_ids(exec_of(ctx), n, rows.vocab, ids.data(), scratch), [&](float id, std::int64_t t) {
+    return strata::detail::cat(label(kind, weight.name), ": token id ", id, " at position ", t,
+                               " is out of range for vocab ", rows.vocab, " (ids must be whole numbers in [0, ",
+                               rows.vocab, "))");
+  });
+  shape out = s;
+  out[out.rank++] = d;
+  y.resize(out);
+  ops_of<Ctx>::rows(exec_of(ctx), n, d, gather_rows_fn{ids.data(), weight.data(), y.data(), d, rows.lo, rows.local});
 }
 
-// grad[id - lo] += dy row for each token whose id the table holds, in token order; dx is
-// the gradient for the ids, which are not differentiable: zeros of the ids' shape.
+// Its backward: grad[id - lo] += dy row for each token whose id the table holds, in token
+// order; dx is the gradient for the ids, which are not differentiable: zeros of the ids'
+// shape.
 template <class Ctx>
-void embedding_grad(Ctx& ctx, const tensor_for<Ctx>& ids, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx,
-                    std::int64_t d, std::int64_t lo, std::int64_t local, float* grad) {
+void lookup_grad(Ctx& ctx, std::string_view kind, param<float>& weight, table_rows rows, const tensor_for<Ctx>& ids,
+                 const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx) {
+  require_grad(weight, kind, weight.name, "weight");
+  const std::int64_t d = weight.shape[1];
+  shape out = ids.shape();
+  out[out.rank++] = d;
+  require_dy(dy, out, kind, weight.name);
+  require_distinct(&dy, &dx, kind, weight.name);
   using ops = ops_of<Ctx>;
   const auto exec = exec_of(ctx);
   const auto n = static_cast<std::int64_t>(ids.numel());
   dx.resize(ids.shape());
   ops::fill_zero(exec, dx.data(), n);
-  ops::scatter_add_rows(exec, n, d, lo, local, ids.data(), dy.data(), grad);
+  ops::scatter_add_rows(exec, n, d, rows.lo, rows.local, ids.data(), dy.data(), weight.grad());
 }
 
 }  // namespace strata::nn::detail

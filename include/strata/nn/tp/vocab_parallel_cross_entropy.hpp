@@ -23,15 +23,8 @@ struct vocab_parallel_cross_entropy {
   int tp_rank = 0, tp_size = 1;
 
   template <class Space = host>
-  struct cache {
-    const tensor<float, Space>* logits = nullptr;  // the input, kept alive by the trainer until backward
-    tensor<float, Space> row_max;                  // [rows]
-    tensor<float, Space> log_sum;                  // [rows]: log(sum exp(x - max))
-    tensor<float, Space> target;                   // [rows]: a copy, so backward needs no ctx state
-    tensor<double, Space> sums;                    // [2 rows]: sum of exp(x - m), then the target logit
-    tensor<double, Space> row_loss;                // [rows]: summed in a fixed order for the mean
-    // Where the targets are not readable by the host: [1], for the id check on the device.
-    tensor<unsigned long long, Space> bad_row;
+  struct cache : detail::cross_entropy_cache<Space> {
+    tensor<double, Space> sums;  // [2 rows]: sum of exp(x - m), then the target logit
   };
 
   std::int64_t local_vocab() const noexcept { return tp_size > 0 ? vocab / tp_size : 0; }

@@ -36,23 +36,9 @@ struct vocab_parallel_embedding {
   void forward(Ctx& ctx, const tensor_for<Ctx>& ids, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
     const bool dist = detail::tp_active(ctx, tp_size, kind, weight.name);
     check_params();
-    detail::require_distinct(&ids, &y, kind, weight.name);
-    const auto& s = ids.shape();
-    expects<config_error>(s.rank != 0 && s.rank < shape::max_rank, [&] {
-      return strata::detail::cat(detail::label(kind, weight.name), ": ids have shape ", s,
-                                 "; expected rank 1 to 3 ([B] or [B, S])");
-    });
-    const std::int64_t n = static_cast<std::int64_t>(ids.numel()), d = dim();
     // Every tensor rank holds the same ids, so a bad one throws on all of them, before
     // the all-reduce.
-    detail::require_ids(ops_of<Ctx>::check_ids(exec_of(ctx), n, vocab(), ids.data(), c.bad_id),
-                        [&](float id, std::int64_t t) {
-                          return detail::bad_token_message(detail::label(kind, weight.name), id, t, vocab());
-                        });
-    shape out = s;
-    out[out.rank++] = d;
-    y.resize(out);
-    detail::gather_rows(ctx, n, d, vocab_begin(), local_vocab(), ids.data(), weight.data(), y.data());
+    detail::lookup(ctx, kind, weight, {vocab(), vocab_begin(), local_vocab()}, ids, y, c.bad_id);
     if (dist) detail::tp_all_reduce(ctx, y.span());
     c.ids = &ids;
   }
@@ -64,13 +50,7 @@ struct vocab_parallel_embedding {
     (void)detail::tp_active(ctx, tp_size, kind, weight.name);
     detail::require_forward_ran(c.ids, kind, weight.name);
     check_params();
-    detail::require_grad(weight, kind, weight.name, "weight");
-    const tensor_for<Ctx>& ids = *c.ids;
-    shape out = ids.shape();
-    out[out.rank++] = dim();
-    detail::require_dy(dy, out, kind, weight.name);
-    detail::require_distinct(&dy, &dx, kind, weight.name);
-    detail::embedding_grad(ctx, ids, dy, dx, dim(), vocab_begin(), local_vocab(), weight.grad());
+    detail::lookup_grad(ctx, kind, weight, {vocab(), vocab_begin(), local_vocab()}, *c.ids, dy, dx);
   }
 
  private:
