@@ -1,6 +1,7 @@
 #include <strata/strata.hpp>
 
 #include <cstdio>
+#include <string_view>
 #include <vector>
 
 struct block {                                   // a layer: params + forward/backward
@@ -51,6 +52,12 @@ strata::batch<> make_batch(long step, const strata::grid<strata::world_comm>& gr
 }
 
 int main(int argc, char** argv) {
+  if (argc > 1) {                                // hello takes no options
+    const bool help = std::string_view(argv[1]) == "--help";
+    if (!help) std::fprintf(stderr, "hello: unknown option '%s'\n", argv[1]);
+    std::printf("usage: hello   (trains a small MLP for 100 steps; mpiexec -n N hello for N processes)\n");
+    return help ? 0 : 2;
+  }
   strata::environment env(argc, argv);           // MPI (or a single process)
   strata::grid grid(env.world());                // data parallel over every process
   strata::trainer_options opts;                  // lr schedule, micro-batches, clipping, ...
