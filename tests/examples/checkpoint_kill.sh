@@ -2,9 +2,11 @@
 # A rank killed (SIGKILL) while a checkpoint is being written loses nothing: the
 # previous checkpoint stays `latest`, loads, verifies, and resuming from it ends with
 # the same weights as a run that was never interrupted. It also loads at another layout.
-# usage: checkpoint_kill.sh MLP_BINARY MPIEXEC WORK_DIR
+# MLP_BINARY is the mlp example built with the test-only kill hook (STRATA_TEST_FAULT_INJECTION);
+# PLAIN_MLP, the example as shipped, must ignore the hook's variable.
+# usage: checkpoint_kill.sh MLP_BINARY MPIEXEC WORK_DIR PLAIN_MLP
 set -euo pipefail
-mlp=$1 mpiexec=$2 work=$3
+mlp=$1 mpiexec=$2 work=$3 plain=$4
 rm -rf "$work" && mkdir -p "$work"
 hash_of() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["weights_hash"])' "$1"; }
 common=(--zero 3 --steps 6 --micro-batches 2 --quiet)
@@ -30,4 +32,12 @@ echo "uninterrupted $a, resumed $b"
 
 # The same checkpoint at another layout: 2 processes, ZeRO-1.
 "$mpiexec" -n 2 "$mlp" --zero 1 --steps 6 --micro-batches 2 --quiet --load "$work/ckpt" | grep "resumed from step 2"
+
+# The hook is not in the example as shipped: the same request saves every checkpoint there.
+STRATA_FAULT_KILL_IN_SAVE=1:4 "$mpiexec" -n 4 "$plain" "${common[@]}" --save "$work/plain" --save-every 2 \
+  --report "$work/plain.json"
+latest=$(cat "$work/plain/latest")
+[ "$latest" = "step-00000006" ] || { echo "FAILED: the shipped example's latest is '$latest', expected step-00000006"; exit 1; }
+c=$(hash_of "$work/plain.json")
+[ "$a" = "$c" ] || { echo "FAILED: the shipped example gave $c, the test build $a"; exit 1; }
 echo "checkpoint_kill: ok"

@@ -5,10 +5,8 @@
 // loads at any tensor x data x pipeline layout and ZeRO stage.
 #pragma once
 #include <algorithm>
-#include <csignal>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -16,12 +14,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../comm/reduce_op.hpp"
 #include "../core/error.hpp"
 #include "../core/shape.hpp"
 #include "../optim/loss_scaler.hpp"
 #include "../parallel/bucket_plan.hpp"
 #include "detail/checkpoint_layout.hpp"
 #include "detail/files.hpp"
+#ifdef STRATA_TEST_FAULT_INJECTION
+// Tests only: tests/support/strata_fault_injection.hpp, in the build of the mlp example
+// that tests/examples/checkpoint_kill.sh kills mid-save. Library users never define it.
+#include <strata_fault_injection.hpp>
+#endif
 
 namespace strata {
 
@@ -76,16 +80,6 @@ inline std::string hex(std::uint64_t v) {
   char s[17];
   std::snprintf(s, sizeof s, "%016llx", static_cast<unsigned long long>(v));
   return s;
-}
-
-// Test hook: STRATA_FAULT_KILL_IN_SAVE="rank:step" kills that rank halfway through
-// writing its shard of that step, to prove an interrupted save loses nothing.
-inline bool fault_kill_requested(int rank, long step) {
-  const char* v = std::getenv("STRATA_FAULT_KILL_IN_SAVE");
-  if (!v) return false;
-  int r = -1;
-  long s = -1;
-  return std::sscanf(v, "%d:%ld", &r, &s) == 2 && r == rank && s == step;
 }
 
 // Resolves DIR (with a `latest` pointer) or DIR/step-N to the step directory.
@@ -178,10 +172,9 @@ void save_checkpoint(Comm& world, Comm& dp, const checkpoint_state& s, const std
       detail::checksum64_stream h;
       for (int a = 0; a < 1 + s.state_slots; ++a) {
         const std::size_t bytes = s.owned * sizeof(float);
-        if (a == 1 && detail::fault_kill_requested(world.rank(), s.step)) {
-          f.sync();
-          std::raise(SIGKILL);
-        }
+#ifdef STRATA_TEST_FAULT_INJECTION
+        if (a == 1) test::kill_in_save(world.rank(), s.step, f);  // may end this rank, its shard half written
+#endif
         f.write_all(s.arrays[a], bytes);
         h.update(s.arrays[a], bytes);
         sums[1] += bytes;
