@@ -1,5 +1,6 @@
 # Runs the compiler on SRC and passes only when compiling fails with the message in
-# the file's `// expect: REGEX` line.
+# the file's `// expect: REGEX` line; with a `// expect-first` line as well, that message
+# must be the first error the compiler prints (what a user reads first).
 file(STRINGS ${SRC} expect REGEX "^// expect: " LIMIT_COUNT 1)
 string(REGEX REPLACE "^// expect: " "" expect "${expect}")
 if(expect STREQUAL "")
@@ -15,5 +16,12 @@ if(rc EQUAL 0)
 endif()
 if(NOT "${out}${err}" MATCHES "${expect}")
   message(FATAL_ERROR "${SRC} failed to compile, but without the expected message '${expect}':\n${err}")
+endif()
+file(STRINGS ${SRC} first REGEX "^// expect-first$" LIMIT_COUNT 1)
+if(first)
+  string(REGEX MATCH "error: [^\n]*" first_error "${out}${err}")
+  if(NOT first_error MATCHES "${expect}")
+    message(FATAL_ERROR "${SRC}: the first error is not the expected '${expect}':\n${first_error}\n\n${err}")
+  endif()
 endif()
 message(STATUS "failed to compile as expected: ${expect}")

@@ -1,6 +1,7 @@
 // A trainer in a space whose engine is not included (strata::cuda from a plain .cpp, or
 // here a stand-in space) says which header brings it, before any other error.
 // expect: include <strata/cuda.cuh> from a .cu translation unit
+// expect-first
 #include <cstdlib>
 #include <strata/strata.hpp>
 

@@ -1,0 +1,107 @@
+// The gradient buckets of a backward pass: a bucket's grads are zeroed before its last
+// layer's backward, reduce-scattered asynchronously after its first layer's, and the
+// reduced piece is added into the fp32 grad shard when its slot is needed again or the
+// micro-batch ends. Every stage runs these same calls, hence the same bits (DESIGN §4).
+#pragma once
+#include <cstddef>
+#include <span>
+
+#include "../../comm/request.hpp"
+#include "../../model/param.hpp"
+#include "../../parallel/bucket_plan.hpp"
+#include "stage_params.hpp"
+
+namespace strata::detail {
+
+template <class Types>
+class grad_reducer {
+  static constexpr int stage = Types::stage;
+  using compute_t = typename Types::compute_t;
+
+ public:
+  grad_reducer(const bucket_plan& plan, typename Types::state_t& state, typename Types::dev_t& dev,
+               const stage_params& params)
+      : plan_(plan), state_(state), dev_(dev), params_(params) {}
+
+  // Stages 0-1 keep one full grad buffer: its layers' grads are bound once.
+  void bind_static() {
+    if constexpr (stage < 2)
+      for (std::size_t l = params_.first_layer; l < params_.end_layer; ++l)
+        params_.for_each_in_layer(l, [&](param<float>& p, std::size_t off) {
+          p.grad_ptr = state_.grads.data() + off;
+        });
+  }
+
+  // Before bucket b's layers run backward: zeroes its gradient slot (stages 2-3 also bind
+  // the layers' grads to it). `first_backward`: its piece replaces the grad shard's.
+  void begin(std::size_t b, bool first_backward) {
+    const int slot = static_cast<int>(b % 2);
+    finish(slot);  // the slot's previous bucket must be reduced before reuse
+    const auto& bk = plan_.buckets()[b];
+    float* region = grad_region(b);
+    dev_.eng->fill(region, bk.size, 0.0f);
+    if constexpr (stage >= 2) {
+      for (std::size_t l = bk.first_layer; l < bk.end_layer; ++l)
+        params_.for_each_in_layer(l, [&](param<float>& p, std::size_t off) {
+          p.grad_ptr = region + (off - bk.offset);
+        });
+    }
+    pending_[slot].bucket = b;
+    pending_[slot].first = first_backward;
+  }
+
+  // After bucket b's first layer ran backward: its reduce-scatter starts.
+  void launch(std::size_t b) {
+    const int slot = static_cast<int>(b % 2);
+    const auto& bk = plan_.buckets()[b];
+    if (bk.size == 0) return;
+    float* region = grad_region(b);
+    if constexpr (Types::precision::is_mixed) {
+      // 16-bit gradients on the wire, as on a GPU; accumulation stays fp32.
+      compute_t* wire = state_.wire.data() + slot * plan_.max_bucket();
+      dev_.eng->template narrow<compute_t>(region, wire, bk.size);
+      pending_[slot].req = dev_.dp->reduce_scatter_async(
+          std::span<const compute_t>(wire, bk.size),
+          std::span<compute_t>(state_.wire_out.data() + slot * plan_.max_piece(), bk.piece));
+    } else {
+      pending_[slot].req = dev_.dp->reduce_scatter_async(
+          std::span<const float>(region, bk.size),
+          std::span<float>(state_.reduced.data() + slot * plan_.max_piece(), bk.piece));
+    }
+  }
+
+  // Waits for the slot's reduce-scatter and adds its piece into the fp32 grad shard.
+  void finish(int slot) {
+    auto& p = pending_[slot];
+    if (!p.req.pending()) return;
+    p.req.wait();
+    const auto& bk = plan_.buckets()[p.bucket];
+    float* acc = state_.grad_shard.data() + bk.shard_offset;
+    if constexpr (Types::precision::is_mixed)
+      dev_.eng->widen_accumulate(state_.wire_out.data() + slot * plan_.max_piece(), acc, bk.piece, p.first);
+    else
+      dev_.eng->accumulate(acc, state_.reduced.data() + slot * plan_.max_piece(), bk.piece, p.first);
+  }
+
+ private:
+  // Gradient slot of bucket b: a region of the full grad buffer (stages 0-1) or one of
+  // two rotating bucket buffers (stages 2-3).
+  float* grad_region(std::size_t b) {
+    if constexpr (stage < 2) return state_.grads.data() + plan_.buckets()[b].offset;
+    else return state_.grads.data() + (b % 2) * plan_.max_bucket();
+  }
+
+  struct pending_reduce {
+    request req;
+    std::size_t bucket = 0;
+    bool first = true;
+  };
+
+  const bucket_plan& plan_;
+  typename Types::state_t& state_;
+  typename Types::dev_t& dev_;
+  const stage_params& params_;
+  pending_reduce pending_[2];
+};
+
+}  // namespace strata::detail

@@ -1,0 +1,111 @@
+// Params that other data-parallel ranks hold: ZeRO-3 all-gathers a bucket into one of two
+// live slots before its layers run, prefetching the next bucket in the direction of
+// travel; ZeRO-1/2 all-gather every bucket's updated piece after the optimizer step.
+#pragma once
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "../../comm/request.hpp"
+#include "../../model/param.hpp"
+#include "../../parallel/bucket_plan.hpp"
+#include "stage_params.hpp"
+
+namespace strata::detail {
+
+template <class Types>
+class param_gathers {
+  static constexpr int stage = Types::stage;
+
+ public:
+  param_gathers(const bucket_plan& plan, typename Types::state_t& state, typename Types::dev_t& dev,
+                const stage_params& params, typename Types::comm_t& dp)
+      : plan_(plan), state_(state), dev_(dev), params_(params), dp_(dp) {}
+
+  // Stages 0-2 keep the full params: bound once.
+  void bind_static() {
+    if constexpr (stage < 3)
+      for (std::size_t l = params_.first_layer; l < params_.end_layer; ++l)
+        params_.for_each_in_layer(l, [&](param<float>& p, std::size_t off) {
+          p.data_ptr = state_.params.data() + off;
+        });
+  }
+  void reserve() { gather_reqs_.reserve(plan_.buckets().size()); }
+
+  // ZeRO-3: makes bucket b's params live in its slot, and prefetches the next bucket in
+  // the direction of travel so its all-gather overlaps this bucket's compute.
+  void ensure_live(std::size_t b, bool forward) {
+    auto& slot = live_[b % 2];
+    if (slot.bucket != b || !slot.valid) start_gather(b);
+    if (slot.req.pending()) {
+      slot.req.wait();
+      bind_live(b);
+    }
+    const auto& buckets = plan_.buckets();
+    const bool has_next = forward ? b + 1 < buckets.size() && buckets[b + 1].first_layer < params_.end_layer
+                                  : b > 0 && buckets[b - 1].end_layer > params_.first_layer;
+    if (has_next) {
+      const std::size_t next = forward ? b + 1 : b - 1;
+      if (live_[next % 2].bucket != next || !live_[next % 2].valid) start_gather(next);
+    }
+  }
+
+  // ZeRO-3: the shard's params changed, so what the live slots hold is stale.
+  void invalidate() {
+    if constexpr (stage == 3) live_[0].valid = live_[1].valid = false;
+  }
+
+  // ZeRO-1/2: every rank holds the full params again, from each rank's updated piece.
+  void gather_updated() {
+    if constexpr (stage == 1 || stage == 2) {
+      gather_reqs_.clear();
+      for (const auto& bk : plan_.buckets()) {
+        if (bk.size == 0) continue;
+        float* region = state_.params.data() + bk.offset;
+        gather_reqs_.push_back(dev_.dp->all_gather_async(
+            std::span<const float>(region + bk.piece * static_cast<std::size_t>(dp_.rank()), bk.piece),
+            std::span<float>(region, bk.size)));
+      }
+      for (auto& r : gather_reqs_) r.wait();
+      gather_reqs_.clear();
+    }
+  }
+
+ private:
+  void start_gather(std::size_t b) {
+    auto& slot = live_[b % 2];
+    if (slot.req.pending()) slot.req.wait();
+    const auto& bk = plan_.buckets()[b];
+    slot.bucket = b;
+    slot.valid = true;
+    if (bk.size == 0) {
+      bind_live(b);
+      return;
+    }
+    slot.req = dev_.dp->all_gather_async(std::span<const float>(state_.params.data() + bk.shard_offset, bk.piece),
+                                         std::span<float>(state_.live.data() + (b % 2) * plan_.max_bucket(), bk.size));
+  }
+
+  void bind_live(std::size_t b) {
+    const auto& bk = plan_.buckets()[b];
+    float* base = state_.live.data() + (b % 2) * plan_.max_bucket();
+    for (std::size_t l = bk.first_layer; l < bk.end_layer; ++l)
+      params_.for_each_in_layer(l, [&](param<float>& p, std::size_t off) { p.data_ptr = base + (off - bk.offset); });
+  }
+
+  struct live_slot {
+    request req;
+    std::size_t bucket = 0;
+    bool valid = false;
+  };
+
+  const bucket_plan& plan_;
+  typename Types::state_t& state_;
+  typename Types::dev_t& dev_;
+  const stage_params& params_;
+  typename Types::comm_t& dp_;
+  live_slot live_[2];
+  std::vector<request> gather_reqs_;
+};
+
+}  // namespace strata::detail

@@ -1,0 +1,77 @@
+// The optimizer step of this rank's shard and what follows it: the compute params are the
+// master rounded to the compute precision, gathered again where other ranks updated them.
+// Offloaded state steps on the host run by run while each run's params go back.
+#pragma once
+#include <cstddef>
+#include <span>
+
+#include "../../optim/shard.hpp"
+#include "../../parallel/bucket_plan.hpp"
+#include "param_gathers.hpp"
+
+namespace strata::detail {
+
+template <class Types, class Optimizer>
+class shard_update {
+  static constexpr int stage = Types::stage;
+  using compute_t = typename Types::compute_t;
+
+ public:
+  shard_update(Optimizer opt, const bucket_plan& plan, typename Types::state_t& state, typename Types::dev_t& dev,
+               param_gathers<Types>& gathers)
+      : opt_(opt), plan_(plan), state_(state), dev_(dev), gathers_(gathers) {}
+
+  // Steps master and moments with the reduced grad shard (scaled by grad_scale), then
+  // refreshes the params and zeroes the grad shard for the next step.
+  void apply(float lr, float grad_scale, long opt_step) {
+    float* grads = state_.grad_shard.data();
+    if constexpr (stage == 0) {
+      // Replicated: all-gather the reduced shards, then every rank updates everything.
+      for (const auto& bk : plan_.buckets()) {
+        if (bk.size == 0) continue;
+        dev_.dp->all_gather(std::span<const float>(state_.grad_shard.data() + bk.shard_offset, bk.piece),
+                            std::span<float>(state_.grads.data() + bk.offset, bk.size));
+      }
+      grads = state_.grads.data();
+    }
+    shard_args<float, float> a{};
+    a.master = state_.master.data();
+    a.grad = grads;
+    a.state0 = Optimizer::state_slots > 0 ? state_.state0.data() : nullptr;
+    a.state1 = Optimizer::state_slots > 1 ? state_.state1.data() : nullptr;
+    a.n = state_.master.size();
+    if constexpr (Types::split) {
+      // Offloaded: the grad shard comes to the host, the host steps run by run, and each
+      // run's new params go back to the device while the host steps the next one.
+      dev_.eng->download(state_.host_grads.data(), grads, a.n);
+      a.grad = state_.host_grads.data();
+      for (const auto& r : state_.runs) {
+        dev_.host_eng.step_run(opt_, a, r, lr, grad_scale, opt_step);
+        state_.template refresh_run<compute_t>(*dev_.eng, dev_.host_eng, r);
+      }
+      gathers_.gather_updated();
+    } else {
+      dev_.eng->step(opt_, a, lr, grad_scale, opt_step);
+      refresh_params_from_master();
+    }
+    dev_.eng->fill(state_.grad_shard.data(), state_.grad_shard.size(), 0.0f);
+    gathers_.invalidate();
+  }
+
+  // Compute params = master rounded to the compute precision; then stages 1-2 all-gather
+  // the pieces so every rank holds the full params again.
+  void refresh_params_from_master() {
+    if constexpr (Types::split) dev_.eng->synchronize();  // host_params may still be on its way
+    for (const auto& r : state_.runs) state_.template refresh_run<compute_t>(*dev_.eng, dev_.host_eng, r);
+    gathers_.gather_updated();
+  }
+
+ private:
+  Optimizer opt_;
+  const bucket_plan& plan_;
+  typename Types::state_t& state_;
+  typename Types::dev_t& dev_;
+  param_gathers<Types>& gathers_;
+};
+
+}  // namespace strata::detail

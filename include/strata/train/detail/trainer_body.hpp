@@ -1,0 +1,216 @@
+// detail::trainer_body: the body of strata::trainer (train/trainer.hpp has the public
+// surface), written once for every space against detail::engine<Space>. It owns one part
+// per concern, builds them in an order every rank repeats (their collectives included),
+// and runs a step through them: the schedule, the global norm, the optimizer step.
+#pragma once
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <filesystem>
+#include <span>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "../../core/error.hpp"
+#include "../../io/checkpoint.hpp"
+#include "../../model/layout.hpp"
+#include "../../model/reflect.hpp"
+#include "../../optim/clip.hpp"
+#include "../../optim/loss_scaler.hpp"
+#include "../../parallel/bucket_plan.hpp"
+#include "../batch.hpp"
+#include "../layer_table.hpp"
+#include "../options.hpp"
+#include "../report.hpp"
+#include "checkpoint_view.hpp"
+#include "grad_reducer.hpp"
+#include "param_gathers.hpp"
+#include "schedule_driver.hpp"
+#include "shard_update.hpp"
+#include "stage_params.hpp"
+#include "trainer_types.hpp"
+#include "weights.hpp"
+
+namespace strata::detail {
+
+// Shared by the policies that compile to the same code: Stage and Offload are what the
+// sharding policy changes (see trainer.hpp).
+template <class Model, class Space, int Stage, bool Offload, class Optimizer, class Precision, class Schedule>
+class trainer_body {
+ public:
+  using types = trainer_types<Space, Stage, Offload, Precision>;
+  using grid_t = typename types::grid_t;
+  using comm_t = typename types::comm_t;
+  using ctx_t = typename types::ctx_t;
+  static constexpr int stage = Stage;
+
+  trainer_body(grid_t& g, Model model, trainer_options opts, Optimizer opt, bool offload)
+      : grid_(g),
+        dp_(g.data()),
+        model_(std::move(model)),
+        opts_(std::move(opts)),
+        offload_(offload),
+        reduce_(plan_, state_, dev_, params_),
+        gathers_(plan_, state_, dev_, params_, dp_),
+        update_(opt, plan_, state_, dev_, gathers_),
+        driver_(g, opts_, table_, params_, plan_, dev_, reduce_, gathers_),
+        weights_(g, layout_, params_, plan_, state_, dev_, update_, gathers_),
+        checkpoints_(g, layout_, params_, plan_, state_, dev_),
+        counters_{0, {}, make_loss_scaler(opts_)} {
+    opts_.validate();
+    expects<config_error>(types::on_host || grid_.pp_size() == 1, [&] {
+      return cat("strata::trainer: pipeline parallelism (pp = ", grid_.pp_size(),
+                 ") runs in the host space only so far; use pipeline = 1 with strata::cuda");
+    });
+    assign_names(model_);
+    layout_ = flat_layout::of(model_);
+    table_ = make_layer_table<ctx_t>(model_, static_cast<std::size_t>(opts_.micro_batches));
+    params_.choose_layers(layout_, opts_.pipeline_cuts, grid_.pp_size(), grid_.pp_rank());
+    plan_ = bucket_plan(layout_, dp_.size(), opts_.bucket_elems, params_.first_layer, params_.end_layer);
+    dev_.start(plan_.shard_size(), dp_, grid_.tensor(), driver_.ctx());
+    state_.allocate(plan_, stage, Optimizer::state_slots, Precision::is_mixed, dp_.rank());
+    dev_.eng->prepare_step(state_.runs, state_.master.size());
+    dev_.host_eng.prepare_step(state_.runs, state_.master.size());
+    driver_.allocate_losses();
+    params_.collect(table_, layout_, plan_);
+    gathers_.bind_static();
+    reduce_.bind_static();
+    weights_.initialise(opts_.seed);
+    driver_.start();
+    gathers_.reserve();
+    driver_.start_stage_links();
+    norm_runs_ = {{0, state_.grad_shard.size()}};
+    if (grid_.tp_size() > 1 && grid_.tp_rank() != 0) collect_tp_norm_runs();
+  }
+
+  // Queued device work reads buffers about to be freed: wait (with the time-out).
+  ~trainer_body() {
+    try {
+      dev_.eng->synchronize();
+    } catch (...) {  // a failed peer: its communicator was aborted
+    }
+  }
+  trainer_body(const trainer_body&) = delete;
+  trainer_body& operator=(const trainer_body&) = delete;
+
+  step_stats step(const batch<Space>& b) {
+    const auto t0 = std::chrono::steady_clock::now();
+    check_batch_rows(b, opts_.micro_batches);
+    const float scale = loss_scale();
+    driver_.run(b, scale);
+
+    step_stats s;
+    s.step = ++counters_.step;
+    s.loss = driver_.finish_loss();
+    s.loss_scale = scale;
+    s.lr = opts_.schedule.lr(counters_.step - 1);
+    // One sum gives the global norm and the overflow verdict: a non-finite gradient on
+    // any rank makes it non-finite everywhere.
+    double sq = dev_.eng->sum_squares(state_.grad_shard.data(), norm_runs_);
+    dp_.all_reduce(std::span<double>(&sq, 1), reduce_op::sum);
+    if (grid_.tp_size() > 1) grid_.tensor().all_reduce(std::span<double>(&sq, 1), reduce_op::sum);
+    if (grid_.pp_size() > 1) grid_.pipeline().all_reduce(std::span<double>(&sq, 1), reduce_op::sum);
+    const double unscale = 1.0 / (static_cast<double>(dp_.size()) * scale);
+    s.grad_norm = std::sqrt(sq) * unscale;
+    const bool overflow = !std::isfinite(sq) || !std::isfinite(s.loss);
+    if (!counters_.scaler.update(overflow)) {
+      s.skipped = true;
+      counters_.skipped.push_back(s.step);
+      dev_.eng->fill(state_.grad_shard.data(), state_.grad_shard.size(), 0.0f);
+    } else {
+      const float coef = clip_coefficient(s.grad_norm, opts_.max_grad_norm);
+      update_.apply(s.lr, static_cast<float>(coef * unscale),
+                    counters_.step - static_cast<long>(counters_.skipped.size()));
+    }
+    dev_.eng->synchronize();  // a step's time includes its device work
+    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    s.idle_seconds = driver_.idle_seconds();
+    s.samples_per_s = static_cast<double>(b.inputs.dim(0)) * dp_.size() / s.seconds;
+    return s;
+  }
+
+  float evaluate(const batch<Space>& b) {
+    check_batch_rows(b, opts_.micro_batches);
+    driver_.run_forward(b);
+    return driver_.finish_loss();
+  }
+
+  // A batch in another space (host memory for a device trainer), copied over first.
+  template <class S>
+  const batch<Space>& staged(const batch<S>& b) {
+    return dev_.stage(b);
+  }
+
+  std::vector<float> gather_master() { return weights_.gather(); }
+  void set_weights(std::span<const float> full) { weights_.set(full); }
+
+  void save(const std::filesystem::path& dir, nlohmann::json extra, const checkpoint_options& o) {
+    checkpoints_.save(dir, std::move(extra), o, counters_, opts_.seed);
+  }
+  nlohmann::json load(const std::filesystem::path& dir) {
+    checkpoint_state st = checkpoints_.load(dir, counters_, opts_.seed);
+    counters_.step = st.step;
+    counters_.skipped = st.skipped;
+    counters_.scaler.restore(st.scaler);
+    update_.refresh_params_from_master();
+    gathers_.invalidate();
+    return st.extra;
+  }
+
+  memory_report memory() const { return state_.report(plan_, stage, offload_, activation_bytes()); }
+  std::size_t activation_bytes() const { return driver_.activation_bytes(); }
+  const flat_layout& layout() const noexcept { return layout_; }
+  const bucket_plan& plan() const noexcept { return plan_; }
+  const std::vector<long>& skipped_steps() const noexcept { return counters_.skipped; }
+  long steps_done() const noexcept { return counters_.step; }
+  float loss_scale() const noexcept { return counters_.scaler.scale(); }
+  Model& model() noexcept { return model_; }
+  grid_t& grid_ref() noexcept { return grid_; }
+  const trainer_options& options() const noexcept { return opts_; }
+  std::pair<std::size_t, std::size_t> stage_layers() const noexcept { return {params_.first_layer, params_.end_layer}; }
+
+ private:
+  // fp16 uses the dynamic scaler; other precisions a static scale of 1, which still
+  // turns a non-finite gradient into a skipped step.
+  static loss_scaler make_loss_scaler(const trainer_options& o) {
+    if constexpr (Precision::uses_loss_scaling) return loss_scaler(o.loss_scaler);
+    loss_scaler_options fixed;
+    fixed.loss_scale = 1.0f;
+    return loss_scaler(fixed);
+  }
+
+  // Params replicated over tensor-parallel ranks (norms, row-parallel biases) have
+  // equal gradients on every tensor rank: only tensor rank 0 counts them in the norm.
+  void collect_tp_norm_runs() {
+    std::vector<index_range> replicated;  // padded ranges
+    for (std::size_t i : params_.mine)
+      if (!params_.all[i]->sharded())
+        replicated.push_back({params_.offset[i], params_.offset[i] + layout_.params()[i].numel});
+    norm_runs_ = state_.shard_runs_outside(plan_, replicated);
+  }
+
+  grid_t& grid_;
+  comm_t& dp_;
+  Model model_;
+  trainer_options opts_;
+  bool offload_ = false;  // reported only: on the host the state stays where it is
+  flat_layout layout_;
+  bucket_plan plan_;
+  std::vector<layer_entry<ctx_t>> table_;
+  stage_params params_;
+  typename types::dev_t dev_;
+  typename types::state_t state_;
+  grad_reducer<types> reduce_;
+  param_gathers<types> gathers_;
+  shard_update<types, Optimizer> update_;
+  schedule_driver<types, Schedule> driver_;
+  trainer_weights<types, Optimizer> weights_;
+  checkpoint_view<types, Optimizer> checkpoints_;
+  std::vector<index_range> norm_runs_;  // of the grad shard, counted in the norm
+  step_counters counters_;
+};
+
+}  // namespace strata::detail

@@ -1,0 +1,110 @@
+// The weights as whole tensors: initialised from each param's init_spec, set from full
+// tensors (a file), gathered back into full tensors in model order. A rank touches only
+// the master elements it holds; tensor-parallel slices map through param::global_index.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "../../core/error.hpp"
+#include "../../model/layout.hpp"
+#include "../../model/param.hpp"
+#include "../../parallel/bucket_plan.hpp"
+#include "../init.hpp"
+#include "consolidate.hpp"
+#include "param_gathers.hpp"
+#include "shard_update.hpp"
+#include "stage_params.hpp"
+
+namespace strata::detail {
+
+template <class Types, class Optimizer>
+class trainer_weights {
+  static constexpr int stage = Types::stage;
+
+ public:
+  trainer_weights(typename Types::grid_t& grid, const flat_layout& layout, const stage_params& params,
+                  const bucket_plan& plan, typename Types::state_t& state, typename Types::dev_t& dev,
+                  shard_update<Types, Optimizer>& update, param_gathers<Types>& gathers)
+      : grid_(grid), layout_(layout), params_(params), plan_(plan), state_(state), dev_(dev), update_(update),
+        gathers_(gathers) {}
+
+  // Each element from (seed, param name, index in the full tensor): every layout starts
+  // from the same weights.
+  void initialise(std::uint64_t seed) {
+    std::vector<std::uint64_t> keys(layout_.params().size());
+    for (std::size_t i : params_.mine) keys[i] = init_key(seed, layout_.params()[i].name);
+    fill_master([&](std::size_t i, std::size_t global) {
+      return init_value(layout_.params()[i].init, keys[i], global);
+    });
+  }
+
+  // From the whole model's full tensors in parameter order, as gather() returns them.
+  void set(std::span<const float> full) {
+    std::vector<std::size_t> base(params_.all.size() + 1, 0);
+    for (std::size_t i = 0; i < params_.all.size(); ++i) {
+      const param<float>& p = *params_.all[i];
+      base[i + 1] = base[i] + (p.sharded() ? p.full_shape.numel() : p.numel());
+    }
+    expects<config_error>(full.size() == base.back(), [&] {
+      return cat("strata::trainer::set_weights: ", full.size(), " values for a model of ", base.back());
+    });
+    fill_master([&](std::size_t i, std::size_t global) { return full[base[i] + global]; });
+  }
+
+  // The fp32 master weights of the whole model (collective over the grid): this stage's
+  // from the data-parallel pieces, then tensor slices assembled and stages concatenated.
+  std::vector<float> gather() {
+    std::vector<float> full_padded(plan_.total());
+    state_.with_host(*dev_.eng, false, [&](float* master, float*, float*) {
+      if constexpr (stage == 0) {
+        std::copy_n(master, state_.master.size(), full_padded.begin());
+      } else {
+        for (const auto& bk : plan_.buckets()) {
+          if (bk.size == 0) continue;
+          grid_.data().all_gather(std::span<const float>(master + bk.shard_offset, bk.piece),
+                                  std::span<float>(full_padded.data() + bk.offset, bk.size));
+        }
+      }
+    });
+    std::vector<float> mine;
+    std::vector<const param<float>*> params;
+    for (std::size_t i : params_.mine) {
+      const float* p = full_padded.data() + params_.offset[i];
+      mine.insert(mine.end(), p, p + layout_.params()[i].numel);
+      params.push_back(params_.all[i]);
+    }
+    return concat_stages(grid_.pipeline(), gather_tensor_slices(grid_.tensor(), params, mine));
+  }
+
+ private:
+  // Sets each master element this rank holds to value(param index, index in the full
+  // tensor), then the compute params from master.
+  template <class F>
+  void fill_master(F&& value) {
+    state_.with_host(*dev_.eng, true, [&](float* master, float*, float*) {
+      for (std::size_t i : params_.mine) {
+        const param<float>& p = *params_.all[i];
+        const std::size_t lo = params_.offset[i], hi = lo + layout_.params()[i].numel;
+        state_.for_each_master_range(plan_, stage, lo, hi, [&](std::size_t padded, std::size_t at, std::size_t n) {
+          for (std::size_t j = 0; j < n; ++j) master[at + j] = value(i, p.global_index(padded - lo + j));
+        });
+      }
+    });
+    update_.refresh_params_from_master();
+    gathers_.invalidate();
+  }
+
+  typename Types::grid_t& grid_;
+  const flat_layout& layout_;
+  const stage_params& params_;
+  const bucket_plan& plan_;
+  typename Types::state_t& state_;
+  typename Types::dev_t& dev_;
+  shard_update<Types, Optimizer>& update_;
+  param_gathers<Types>& gathers_;
+};
+
+}  // namespace strata::detail
