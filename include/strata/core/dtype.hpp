@@ -13,57 +13,88 @@ namespace detail {
 STRATA_HOST_DEVICE constexpr std::uint32_t float_bits(float f) { return __builtin_bit_cast(std::uint32_t, f); }
 STRATA_HOST_DEVICE constexpr float bits_float(std::uint32_t u) { return __builtin_bit_cast(float, u); }
 
-// float -> bf16 bits, round to nearest even; NaN stays a (quiet) NaN.
+// The conversions below are branch-free: every case is computed and the answer picked
+// with select_bits, so a loop of them vectorizes (under `omp simd`, at baseline x86-64
+// flags) and a GPU warp never diverges on them. Their bits are the contract: those of
+// the case-by-case form they replace, which tests/unit/core/dtype_exhaustive.cpp keeps
+// and compares them with on every input.
+// - Exponent compares use int32_t: the values are below 2^31, where signed and unsigned
+//   order agree, and SSE2 has only the signed 32-bit compare.
+// - A 16-bit result is assembled in the upper half of a 32-bit word and shifted down
+//   last. Were it built in the low half, GCC would narrow the selects and masks to 16
+//   bits, and SSE2 has no cheap 32 -> 16 bit pack: each mask would pay one.
+
+// All ones when c holds, else 0; and c ? a : b made of masks. A ?: is a branch to GCC
+// until if-conversion, and under the default -ftrapping-math it first sinks a float
+// operation used by one arm only into that arm and then will not if-convert it (it might
+// raise a flag), which leaves the whole loop scalar. Masks use both operands
+// unconditionally, so nothing moves.
+STRATA_HOST_DEVICE constexpr std::uint32_t mask_bits(bool c) { return 0u - static_cast<std::uint32_t>(c); }
+STRATA_HOST_DEVICE constexpr std::uint32_t select_bits(bool c, std::uint32_t a, std::uint32_t b) {
+  return (a & mask_bits(c)) | (b & ~mask_bits(c));
+}
+
+// float -> bf16 bits, round to nearest even; a NaN stays a NaN, made quiet, with its sign
+// and the top of its payload.
 STRATA_HOST_DEVICE constexpr std::uint16_t float_to_bf16_rne(float f) {
-  std::uint32_t u = float_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>(u >> 16);
+  const std::uint32_t u = float_bits(f);
+  const bool nan = static_cast<std::int32_t>(u & 0x7fffffffu) > 0x7f800000;
+  const std::uint32_t r = select_bits(nan, u | 0x400000u, u + 0x7fffu + ((u >> 16) & 1u));
+  return static_cast<std::uint16_t>(r >> 16);
 }
 
 // float -> bf16 bits, stochastic rounding: `noise` supplies 16 uniform random bits, so
-// the result rounds up with probability equal to the discarded fraction.
+// the result rounds up with probability equal to the discarded fraction. Inf and NaN
+// take no noise and come out as float_to_bf16_rne gives them.
 STRATA_HOST_DEVICE constexpr std::uint16_t float_to_bf16_stochastic(float f, std::uint32_t noise) {
-  std::uint32_t u = float_bits(f);
-  if ((u & 0x7f800000u) == 0x7f800000u) return float_to_bf16_rne(f);  // inf and NaN: no noise
-  u += noise & 0xffffu;
-  return static_cast<std::uint16_t>(u >> 16);
+  const std::uint32_t u = float_bits(f);
+  const bool special = (u & 0x7f800000u) == 0x7f800000u;
+  const bool nan = static_cast<std::int32_t>(u & 0x7fffffffu) > 0x7f800000;
+  const std::uint32_t r = select_bits(nan, u | 0x400000u, u + select_bits(special, 0u, noise & 0xffffu));
+  return static_cast<std::uint16_t>(r >> 16);
 }
 
 STRATA_HOST_DEVICE constexpr float bf16_to_float(std::uint16_t b) { return bits_float(std::uint32_t{b} << 16); }
 
-// float -> IEEE binary16 bits, round to nearest even, with subnormals, inf and NaN.
+// float -> IEEE binary16 bits, round to nearest even, with subnormals, inf and NaN (every
+// NaN becomes the quiet NaN 0x7e00 with f's sign). With x = |f|'s bits, the fp16 bits h
+// are built as h << 16:
+//   normal (x >= 2^-14): rebias the exponent by -112 and round the 13 dropped bits to
+//     nearest even in integers; a carry out of the mantissa steps the exponent, which
+//     also turns [65520, 65536) into inf;
+//   subnormal (x < 2^-14): |f| + 0.5 rounds, in the float adder, to a multiple of 2^-24
+//     (the fp16 subnormal step) and the sum's low bits are h (0x400, the smallest
+//     normal, when it rounds up to 2^-14; 0 for |f| <= 2^-25). This is the only float
+//     operation; it needs the default rounding mode, as all of strata's arithmetic, and
+//     flushing float subnormals to zero (FTZ, DAZ) cannot change its result;
+//   x >= 65536 (inf included) and NaN: the fixed answers.
 STRATA_HOST_DEVICE constexpr std::uint16_t float_to_fp16_rne(float f) {
-  std::uint32_t x = float_bits(f);
-  const std::uint32_t sign = (x >> 16) & 0x8000u;
-  x &= 0x7fffffffu;
-  if (x >= 0x7f800000u) return static_cast<std::uint16_t>(sign | (x > 0x7f800000u ? 0x7e00u : 0x7c00u));
-  if (x >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to inf
-  if (x < 0x38800000u) {                                                   // below 2^-14: subnormal
-    if (x <= 0x33000000u) return static_cast<std::uint16_t>(sign);         // <= 2^-25 rounds to 0
-    const std::uint32_t e = x >> 23;
-    const std::uint32_t m = (x & 0x7fffffu) | 0x800000u;
-    const std::uint32_t shift = 126u - e;
-    std::uint32_t h = m >> shift;
-    const std::uint32_t rem = m & ((1u << shift) - 1u);
-    const std::uint32_t half = 1u << (shift - 1u);
-    if (rem > half || (rem == half && (h & 1u))) ++h;
-    return static_cast<std::uint16_t>(sign | h);
-  }
-  const std::uint32_t r = x + 0xfffu + ((x >> 13) & 1u) - 0x38000000u;
-  return static_cast<std::uint16_t>(sign | (r >> 13));
+  const std::uint32_t u = float_bits(f);
+  const std::uint32_t x = u & 0x7fffffffu;
+  const std::int32_t xs = static_cast<std::int32_t>(x);
+  // (x + 0xfff + odd - (112 << 23)) >> 13 << 16; the bits shifted out are above h.
+  const std::uint32_t normal = (x + 0xc8000fffu + ((x >> 13) & 1u)) << 3;
+  // 0.5f's bits (0x3f000000) vanish in the shift.
+  const std::uint32_t subnormal = float_bits(bits_float(x) + 0.5f) << 16;
+  const std::uint32_t special = 0x7c000000u | (mask_bits(xs > 0x7f800000) & 0x02000000u);
+  std::uint32_t h = select_bits(xs < 0x38800000, subnormal, normal);
+  h = select_bits(xs >= 0x47800000, special, h);
+  return static_cast<std::uint16_t>(((u & 0x80000000u) | h) >> 16);
 }
 
+// IEEE binary16 bits -> float, exactly; a NaN keeps its payload (signalling or quiet) as
+// the top of the float's. With u = h << 16 and e = the fp16 exponent:
+//   normal: exponent and mantissa shifted into place, the exponent rebiased by +112;
+//   e = 31 (inf, NaN): rebiased by +224, to the float's all-ones exponent;
+//   e = 0 (zero, subnormal): the mantissa m times 2^-24, exact, computed as the integer
+//     m << 16 times 2^-40.
 STRATA_HOST_DEVICE constexpr float fp16_to_float(std::uint16_t h) {
-  const std::uint32_t sign = std::uint32_t{h & 0x8000u} << 16;
-  const std::uint32_t e = (h >> 10) & 0x1fu;
-  const std::uint32_t m = h & 0x3ffu;
-  if (e == 0) {
-    const float v = static_cast<float>(m) * 5.9604644775390625e-8f;  // m * 2^-24, exact
-    return sign ? -v : v;
-  }
-  if (e == 31) return bits_float(sign | 0x7f800000u | (m << 13));
-  return bits_float(sign | ((e + 112u) << 23) | (m << 13));
+  const std::uint32_t u = std::uint32_t{h} << 16;
+  const std::uint32_t em = u & 0x7fff0000u;
+  const std::int32_t ems = static_cast<std::int32_t>(em);
+  const std::uint32_t biased = (em >> 3) + (112u << 23) + (mask_bits(ems >= 0x7c000000) & (112u << 23));
+  const std::uint32_t subnormal = float_bits(static_cast<float>(ems) * 9.094947017729282379150390625e-13f);
+  return bits_float((u & 0x80000000u) | select_bits(ems < 0x04000000, subnormal, biased));
 }
 }  // namespace detail
 
