@@ -99,8 +99,12 @@ inline std::vector<std::size_t> balance_stages(const std::vector<std::size_t>& l
 inline std::pair<std::size_t, std::size_t> stage_layer_range(const std::vector<std::size_t>& layer_params,
                                                              std::vector<std::size_t> cuts, int stages, int stage) {
   const std::size_t L = layer_params.size();
-  if (stages == 1) return {0, L};
-  if (cuts.empty()) cuts = balance_stages(layer_params, stages);
+  // One stage needs no cuts, but cuts given for it are still checked: a wrong list must
+  // not pass silently only because the run has one stage.
+  if (cuts.empty()) {
+    if (stages == 1) return {0, L};
+    cuts = balance_stages(layer_params, stages);
+  }
   expects<config_error>(cuts.size() == static_cast<std::size_t>(stages) + 1 && cuts.front() == 0 && cuts.back() == L &&
                             std::is_sorted(cuts.begin(), cuts.end()) &&
                             std::adjacent_find(cuts.begin(), cuts.end()) == cuts.end(),

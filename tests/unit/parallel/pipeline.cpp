@@ -142,6 +142,10 @@ TEST_CASE("stage_layer_range: given cuts are used when valid, refused otherwise"
   bad({0, 2, 2, 5});        // an empty stage
   bad({0, 2, 3, 6});        // past the last layer
   CHECK_THROWS_AS(stage_layer_range(p, {0, 2, 2, 5}, 3, 1), strata::config_error);
+  // Cuts given for a single stage are checked as well, not ignored.
+  CHECK(stage_layer_range(p, {0, 5}, 1, 0) == std::pair<std::size_t, std::size_t>{0, 5});
+  CHECK_THROWS_WITH(stage_layer_range(p, {0, 2, 5}, 1, 0),
+                    Catch::Contains("pipeline_cuts must be 2 increasing layer indices from 0 to 5"));
 }
 
 TEST_CASE("schedules: each micro-batch forward then backward once, backwards in order") {
