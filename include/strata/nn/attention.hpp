@@ -7,78 +7,12 @@
 #include "../core/config.hpp"
 #include "../model/param.hpp"
 #include "../space/tensor.hpp"
+#include "detail/attention_core.hpp"
 #include "detail/checks.hpp"
 #include "tp/column_parallel_linear.hpp"
 #include "tp/row_parallel_linear.hpp"
 
 namespace strata::nn {
-
-namespace detail {
-
-// Row i of each [S, S] score matrix in place: softmax over columns 0..i (max, float exps
-// summed in double, times the float inverse), zeros after. Row r is row r % S of matrix
-// r / S, which starts at p + (r / S) stride.
-struct causal_softmax_fn {
-  float* p;
-  std::int64_t S, stride;
-  template <class Row>
-  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
-    const std::int64_t i = r % S;
-    float* x = p + (r / S) * stride + i * S;
-    // Subtracting the max of what row i sees keeps every exp in (0, 1].
-    const float m = row.max(i + 1, [&](std::int64_t j) { return x[j]; });
-    row.for_each(i + 1, [&](std::int64_t j) { x[j] = std::exp(x[j] - m); });
-    const double sum = row.sum(i + 1, [&](std::int64_t j) { return static_cast<double>(x[j]); });
-    const float inv = static_cast<float>(1.0 / sum);
-    row.for_each(S, [&](std::int64_t j) { x[j] = j <= i ? x[j] * inv : 0.0f; });
-  }
-};
-
-// d = P (d - rowsum(P d)) on row i's columns 0..i, zeros after, in place in d. Products
-// of two floats are exact in double, so only the order of the sum matters.
-struct causal_softmax_backward_fn {
-  const float* p;
-  float* d;
-  std::int64_t S, p_stride, d_stride;
-  template <class Row>
-  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
-    const std::int64_t i = r % S;
-    const float* pr = p + (r / S) * p_stride + i * S;
-    float* dr = d + (r / S) * d_stride + i * S;
-    const double dot = row.sum(i + 1, [&](std::int64_t j) { return static_cast<double>(pr[j]) * dr[j]; });
-    const float fdot = static_cast<float>(dot);
-    row.for_each(S, [&](std::int64_t j) { dr[j] = j <= i ? pr[j] * (dr[j] - fdot) : 0.0f; });
-  }
-};
-
-// How attention walks its (batch, head) pairs: `outer` steps, each one strided batched
-// GEMM over `inner` pairs. The pairs' offsets are b S ld + h 3 hd in qkv_out, (b H + h) S S
-// in probs and b S ldo + h hd in attended, so heads and batch rows each have a constant
-// stride, but not both together: a space that batches takes the larger of the two as
-// inner; one that does not takes the pairs one by one (inner 1).
-struct attention_walk {
-  std::int64_t B, S, H, hd, outer, inner;
-  bool heads_inner, single;
-  attention_walk(std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t d, bool batched)
-      : B(b), S(s), H(h), hd(d), heads_inner(h >= b), single(!batched) {
-    outer = single ? B * H : heads_inner ? B : H;
-    inner = single ? 1 : heads_inner ? H : B;
-  }
-  std::int64_t ld() const { return 3 * H * hd; }
-  std::int64_t ldo() const { return H * hd; }
-  // The first pair of step o.
-  std::int64_t b0(std::int64_t o) const { return single ? o / H : heads_inner ? o : 0; }
-  std::int64_t h0(std::int64_t o) const { return single ? o % H : heads_inner ? 0 : o; }
-  std::int64_t qkv_offset(std::int64_t o) const { return b0(o) * S * ld() + h0(o) * 3 * hd; }
-  std::int64_t probs_offset(std::int64_t o) const { return (b0(o) * H + h0(o)) * S * S; }
-  std::int64_t out_offset(std::int64_t o) const { return b0(o) * S * ldo() + h0(o) * hd; }
-  // From one pair of a step to the next.
-  std::int64_t qkv_stride() const { return heads_inner ? 3 * hd : S * ld(); }
-  std::int64_t probs_stride() const { return heads_inner ? S * S : H * S * S; }
-  std::int64_t out_stride() const { return heads_inner ? hd : S * ldo(); }
-};
-
-}  // namespace detail
 
 // The q/k/v projection is one column-parallel linear whose full [3D, D] weight groups its
 // rows by head (q_h, k_h, v_h for h = 0..H-1, Megatron's layout), so a contiguous slice of
@@ -112,25 +46,11 @@ struct causal_self_attention {
     check_input(x);
     detail::require_distinct(&x, &y, kind, qkv.weight.name);
     qkv.forward(ctx, x, c.qkv_out, c.qkv);
-    using ops = ops_of<Ctx>;
-    const auto exec = exec_of(ctx);
-    const detail::attention_walk w(x.dim(0), x.dim(1), local_heads(), head_dim(), ops::prefers_batched);
-    const std::int64_t S = w.S, hd = w.hd, ld = w.ld(), ldo = w.ldo();
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-    c.probs.resize(shape{w.B, w.H, S, S});
-    c.attended.resize(shape{w.B, S, ldo});
-    for (std::int64_t o = 0; o < w.outer; ++o) {
-      const float* q = c.qkv_out.data() + w.qkv_offset(o);
-      const float *k = q + hd, *v = q + 2 * hd;
-      float* p = c.probs.data() + w.probs_offset(o);
-      // scores = q k^T / sqrt(hd), then each row's softmax over the positions it may see.
-      ops::gemm_strided_batched(exec, transpose::no, transpose::yes, S, S, hd, scale, q, ld, w.qkv_stride(), k, ld,
-                                w.qkv_stride(), 0.0f, p, S, w.probs_stride(), w.inner);
-      ops::rows(exec, w.inner * S, S, detail::causal_softmax_fn{p, S, w.probs_stride()});
-      ops::gemm_strided_batched(exec, transpose::no, transpose::no, S, hd, S, 1.0f, p, S, w.probs_stride(), v, ld,
-                                w.qkv_stride(), 0.0f, c.attended.data() + w.out_offset(o), ldo, w.out_stride(),
-                                w.inner);
-    }
+    const detail::attention_layout l = layout(x);
+    c.probs.resize(shape{l.B, l.H, l.S, l.S});
+    c.attended.resize(shape{l.B, l.S, l.ldo()});
+    const float* q = c.qkv_out.data();
+    detail::attention_forward(ctx, l, q, q + l.hd, q + 2 * l.hd, c.probs.data(), c.attended.data());
     proj.forward(ctx, c.attended, y, c.proj);
   }
 
@@ -139,41 +59,24 @@ struct causal_self_attention {
     detail::require_forward_ran(c.qkv.x, kind, qkv.weight.name);
     detail::require_distinct(&dy, &dx, kind, qkv.weight.name);
     proj.backward(ctx, dy, c.d_attended, c.proj);
-    const tensor_for<Ctx>& x = *c.qkv.x;
-    using ops = ops_of<Ctx>;
-    const auto exec = exec_of(ctx);
-    const detail::attention_walk w(x.dim(0), x.dim(1), local_heads(), head_dim(), ops::prefers_batched);
-    const std::int64_t S = w.S, hd = w.hd, ld = w.ld(), ldo = w.ldo(), ss = S * S;
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+    const detail::attention_layout l = layout(*c.qkv.x);
     c.d_qkv.resize(c.qkv_out.shape());
-    c.d_scores.resize(shape{w.inner, S, S});
-    float* ds = c.d_scores.data();
-    // d_scores is reused by the next step only after this one's GEMMs (one stream).
-    for (std::int64_t o = 0; o < w.outer; ++o) {
-      const float* q = c.qkv_out.data() + w.qkv_offset(o);
-      const float *k = q + hd, *v = q + 2 * hd;
-      float* dq = c.d_qkv.data() + w.qkv_offset(o);
-      float *dk = dq + hd, *dv = dq + 2 * hd;
-      const float* p = c.probs.data() + w.probs_offset(o);
-      const float* dout = c.d_attended.data() + w.out_offset(o);
-      // dP = dO V^T; dV = P^T dO.
-      ops::gemm_strided_batched(exec, transpose::no, transpose::yes, S, S, hd, 1.0f, dout, ldo, w.out_stride(), v, ld,
-                                w.qkv_stride(), 0.0f, ds, S, ss, w.inner);
-      ops::gemm_strided_batched(exec, transpose::yes, transpose::no, S, hd, S, 1.0f, p, S, w.probs_stride(), dout,
-                                ldo, w.out_stride(), 0.0f, dv, ld, w.qkv_stride(), w.inner);
-      // Softmax backward, in place: dS = P (dP - rowsum(P dP)); masked entries stay 0.
-      ops::rows(exec, w.inner * S, S, detail::causal_softmax_backward_fn{p, ds, S, w.probs_stride(), ss});
-      // scores = scale q k^T: dQ = scale dS K, dK = scale dS^T Q.
-      ops::gemm_strided_batched(exec, transpose::no, transpose::no, S, hd, S, scale, ds, S, ss, k, ld,
-                                w.qkv_stride(), 0.0f, dq, ld, w.qkv_stride(), w.inner);
-      ops::gemm_strided_batched(exec, transpose::yes, transpose::no, S, hd, S, scale, ds, S, ss, q, ld,
-                                w.qkv_stride(), 0.0f, dk, ld, w.qkv_stride(), w.inner);
-    }
+    const float* q = c.qkv_out.data();
+    float* dq = c.d_qkv.data();
+    detail::attention_backward(ctx, l, q, q + l.hd, q + 2 * l.hd, c.probs.data(), c.d_attended.data(), dq,
+                               dq + l.hd, dq + 2 * l.hd, c.d_scores);
     qkv.backward(ctx, c.d_qkv, dx, c.qkv);
   }
 
  private:
   static constexpr const char* kind = "attention";
+
+  // Per head q, k, v side by side in each row of qkv_out: every head its own key/value.
+  template <class Space>
+  detail::attention_layout layout(const tensor<float, Space>& x) const {
+    const std::int64_t H = local_heads(), hd = head_dim();
+    return {x.dim(0), x.dim(1), H, hd, 1, 3 * H * hd, 3 * hd, 3 * H * hd, 3 * hd};
+  }
 
   template <class Space>
   void check_input(const tensor<float, Space>& x) const {

@@ -1,0 +1,148 @@
+// The scaled-dot-product part of causal attention, in any space, for layers that lay out
+// q, k and v as they like: multi-head (one key/value head per query head) or grouped-query
+// (a key/value head shared by `group` query heads), forward and backward.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "../../core/config.hpp"
+#include "../../space/ops.hpp"
+#include "../../space/tensor.hpp"
+
+namespace strata::nn::detail {
+
+// Row i of each [S, S] score matrix in place: softmax over columns 0..i (max, float exps
+// summed in double, times the float inverse), zeros after. Row r is row r % S of matrix
+// r / S, which starts at p + (r / S) stride.
+struct causal_softmax_fn {
+  float* p;
+  std::int64_t S, stride;
+  template <class Row>
+  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
+    const std::int64_t i = r % S;
+    float* x = p + (r / S) * stride + i * S;
+    // Subtracting the max of what row i sees keeps every exp in (0, 1].
+    const float m = row.max(i + 1, [&](std::int64_t j) { return x[j]; });
+    row.for_each(i + 1, [&](std::int64_t j) { x[j] = std::exp(x[j] - m); });
+    const double sum = row.sum(i + 1, [&](std::int64_t j) { return static_cast<double>(x[j]); });
+    const float inv = static_cast<float>(1.0 / sum);
+    row.for_each(S, [&](std::int64_t j) { x[j] = j <= i ? x[j] * inv : 0.0f; });
+  }
+};
+
+// d = P (d - rowsum(P d)) on row i's columns 0..i, zeros after, in place in d. Products
+// of two floats are exact in double, so only the order of the sum matters.
+struct causal_softmax_backward_fn {
+  const float* p;
+  float* d;
+  std::int64_t S, p_stride, d_stride;
+  template <class Row>
+  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
+    const std::int64_t i = r % S;
+    const float* pr = p + (r / S) * p_stride + i * S;
+    float* dr = d + (r / S) * d_stride + i * S;
+    const double dot = row.sum(i + 1, [&](std::int64_t j) { return static_cast<double>(pr[j]) * dr[j]; });
+    const float fdot = static_cast<float>(dot);
+    row.for_each(S, [&](std::int64_t j) { dr[j] = j <= i ? pr[j] * (dr[j] - fdot) : 0.0f; });
+  }
+};
+
+// Where q, k and v of (batch b, query head h) are: q at q + b S ldq + h q_head, k and v at
+// k|v + b S ldkv + (h / group) kv_head, each an [S, hd] matrix with row stride ldq or
+// ldkv; the output of the pair at out + b S H hd + h hd. H is this rank's query heads.
+struct attention_layout {
+  std::int64_t B, S, H, hd, group;
+  std::int64_t ldq, q_head, ldkv, kv_head;
+  std::int64_t ldo() const { return H * hd; }
+};
+
+// How the (batch, head) pairs are walked: `outer` steps of one strided batched GEMM over
+// `inner` pairs. Batch rows have constant strides everywhere; heads too when each has its
+// own key/value head (group 1). A space that batches takes the larger walk of those; one
+// that does not (the host) takes the pairs one at a time, which keeps a pair's scores in
+// cache. Pairs that share a key/value head come in head order, so their gradients add up
+// in a fixed order.
+struct attention_walk {
+  const attention_layout& l;
+  std::int64_t outer, inner;
+  bool heads_inner, single;
+  attention_walk(const attention_layout& layout, bool batched)
+      : l(layout), heads_inner(layout.group == 1 && layout.H >= layout.B), single(!batched) {
+    outer = single ? l.B * l.H : heads_inner ? l.B : l.H;
+    inner = single ? 1 : heads_inner ? l.H : l.B;
+  }
+  // The first pair of step o.
+  std::int64_t b0(std::int64_t o) const { return single ? o / l.H : heads_inner ? o : 0; }
+  std::int64_t h0(std::int64_t o) const { return single ? o % l.H : heads_inner ? 0 : o; }
+  std::int64_t q_offset(std::int64_t o) const { return b0(o) * l.S * l.ldq + h0(o) * l.q_head; }
+  std::int64_t kv_offset(std::int64_t o) const { return b0(o) * l.S * l.ldkv + (h0(o) / l.group) * l.kv_head; }
+  std::int64_t probs_offset(std::int64_t o) const { return (b0(o) * l.H + h0(o)) * l.S * l.S; }
+  std::int64_t out_offset(std::int64_t o) const { return b0(o) * l.S * l.ldo() + h0(o) * l.hd; }
+  // From one pair of a step to the next.
+  std::int64_t q_stride() const { return heads_inner ? l.q_head : l.S * l.ldq; }
+  std::int64_t kv_stride() const { return heads_inner ? l.kv_head : l.S * l.ldkv; }
+  std::int64_t probs_stride() const { return heads_inner ? l.S * l.S : l.H * l.S * l.S; }
+  std::int64_t out_stride() const { return heads_inner ? l.hd : l.S * l.ldo(); }
+  // The key/value gradients of step o are written (0) or added to (1): the first query
+  // head of a group writes them.
+  float kv_beta(std::int64_t o) const { return heads_inner || h0(o) % l.group == 0 ? 0.0f : 1.0f; }
+};
+
+inline float attention_scale(std::int64_t hd) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))); }
+
+// probs [B, H, S, S] = causal softmax(q k^T / sqrt(hd)); out [B, S, H hd] = probs v.
+template <class Ctx>
+void attention_forward(Ctx& ctx, const attention_layout& l, const float* q, const float* k, const float* v,
+                       float* probs, float* out) {
+  using ops = ops_of<Ctx>;
+  const auto exec = exec_of(ctx);
+  const attention_walk w(l, ops::prefers_batched);
+  const std::int64_t S = l.S, hd = l.hd;
+  const float scale = attention_scale(hd);
+  for (std::int64_t o = 0; o < w.outer; ++o) {
+    float* p = probs + w.probs_offset(o);
+    ops::gemm_strided_batched(exec, transpose::no, transpose::yes, S, S, hd, scale, q + w.q_offset(o), l.ldq,
+                              w.q_stride(), k + w.kv_offset(o), l.ldkv, w.kv_stride(), 0.0f, p, S, w.probs_stride(),
+                              w.inner);
+    ops::rows(exec, w.inner * S, S, causal_softmax_fn{p, S, w.probs_stride()});
+    ops::gemm_strided_batched(exec, transpose::no, transpose::no, S, hd, S, 1.0f, p, S, w.probs_stride(),
+                              v + w.kv_offset(o), l.ldkv, w.kv_stride(), 0.0f, out + w.out_offset(o), l.ldo(),
+                              w.out_stride(), w.inner);
+  }
+}
+
+// From d_out [B, S, H hd]: dq (written), dk and dv (written by a group's first head,
+// added to by the rest), laid out like q, k and v. d_scores is scratch of [inner, S, S],
+// reused by the next step only after this one's GEMMs (one stream).
+template <class Ctx>
+void attention_backward(Ctx& ctx, const attention_layout& l, const float* q, const float* k, const float* v,
+                        const float* probs, const float* d_out, float* dq, float* dk, float* dv,
+                        tensor<float, space_of<Ctx>>& d_scores) {
+  using ops = ops_of<Ctx>;
+  const auto exec = exec_of(ctx);
+  const attention_walk w(l, ops::prefers_batched);
+  const std::int64_t S = l.S, hd = l.hd, ss = S * S;
+  const float scale = attention_scale(hd);
+  d_scores.resize(shape{w.inner, S, S});
+  float* ds = d_scores.data();
+  for (std::int64_t o = 0; o < w.outer; ++o) {
+    const std::int64_t qo = w.q_offset(o), kvo = w.kv_offset(o);
+    const float* p = probs + w.probs_offset(o);
+    const float* dout = d_out + w.out_offset(o);
+    const float beta = w.kv_beta(o);
+    // dP = dO V^T; dV (+)= P^T dO.
+    ops::gemm_strided_batched(exec, transpose::no, transpose::yes, S, S, hd, 1.0f, dout, l.ldo(), w.out_stride(),
+                              v + kvo, l.ldkv, w.kv_stride(), 0.0f, ds, S, ss, w.inner);
+    ops::gemm_strided_batched(exec, transpose::yes, transpose::no, S, hd, S, 1.0f, p, S, w.probs_stride(), dout,
+                              l.ldo(), w.out_stride(), beta, dv + kvo, l.ldkv, w.kv_stride(), w.inner);
+    // Softmax backward, in place: dS = P (dP - rowsum(P dP)); masked entries stay 0.
+    ops::rows(exec, w.inner * S, S, causal_softmax_backward_fn{p, ds, S, w.probs_stride(), ss});
+    // scores = scale q k^T: dQ = scale dS K, dK (+)= scale dS^T Q.
+    ops::gemm_strided_batched(exec, transpose::no, transpose::no, S, hd, S, scale, ds, S, ss, k + kvo, l.ldkv,
+                              w.kv_stride(), 0.0f, dq + qo, l.ldq, w.q_stride(), w.inner);
+    ops::gemm_strided_batched(exec, transpose::yes, transpose::no, S, hd, S, scale, ds, S, ss, q + qo, l.ldq,
+                              w.q_stride(), beta, dk + kvo, l.ldkv, w.kv_stride(), w.inner);
+  }
+}
+
+}  // namespace strata::nn::detail
