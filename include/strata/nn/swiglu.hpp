@@ -1,0 +1,99 @@
+// nn::swiglu_mlp: the gated MLP of Llama and Qwen2, down(silu(gate(x)) * up(x)) without
+// biases; gate and up are column-parallel and down row-parallel over ctx.tp() (Megatron's
+// split), so the MLP costs one all-reduce forward.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "../core/config.hpp"
+#include "../space/tensor.hpp"
+#include "detail/checks.hpp"
+#include "residual.hpp"
+#include "tp/column_parallel_linear.hpp"
+#include "tp/row_parallel_linear.hpp"
+
+namespace strata::nn {
+
+namespace detail {
+
+// silu(g) = g sigmoid(g), written as torch writes it: g / (1 + exp(-g)).
+struct swiglu_forward_fn {
+  const float *gate, *up;
+  float* h;
+  STRATA_HOST_DEVICE void operator()(std::int64_t i) const {
+    const float g = gate[i];
+    h[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+};
+
+// From dh: d_up = dh silu(g) and d_gate = dh up silu'(g), silu'(g) = s (1 + g (1 - s)).
+struct swiglu_backward_fn {
+  const float *gate, *up, *dh;
+  float *d_gate, *d_up;
+  STRATA_HOST_DEVICE void operator()(std::int64_t i) const {
+    const float g = gate[i];
+    const float s = 1.0f / (1.0f + std::exp(-g));
+    d_up[i] = dh[i] * (g / (1.0f + std::exp(-g)));
+    d_gate[i] = dh[i] * up[i] * (s * (1.0f + g * (1.0f - s)));
+  }
+};
+
+}  // namespace detail
+
+struct swiglu_mlp {
+  column_parallel_linear gate_proj;  // [I/T, D]
+  column_parallel_linear up_proj;    // [I/T, D]
+  row_parallel_linear down_proj;     // [D, I/T]
+
+  template <class Space = host>
+  struct cache {
+    column_parallel_linear::cache<Space> gate_proj, up_proj;
+    row_parallel_linear::cache<Space> down_proj;
+    tensor<float, Space> gate, up, h;           // [..., I/T]
+    tensor<float, Space> dh, d_gate, d_up, dx_up;
+  };
+
+  // x [..., D] -> y [..., D].
+  template <class Ctx>
+  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
+    detail::require_distinct(&x, &y, kind, gate_proj.weight.name);
+    gate_proj.forward(ctx, x, c.gate, c.gate_proj);
+    up_proj.forward(ctx, x, c.up, c.up_proj);
+    expects<config_error>(c.gate.shape() == c.up.shape(), [&] {
+      return strata::detail::cat(detail::label(kind, gate_proj.weight.name), ": gate_proj gives ", c.gate.shape(),
+                                 " but up_proj ", c.up.shape(), "; they must match");
+    });
+    c.h.resize(c.gate.shape());
+    ops_of<Ctx>::map(exec_of(ctx), static_cast<std::int64_t>(c.h.numel()),
+                     detail::swiglu_forward_fn{c.gate.data(), c.up.data(), c.h.data()});
+    down_proj.forward(ctx, c.h, y, c.down_proj);
+  }
+
+  template <class Ctx>
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
+    detail::require_forward_ran(c.gate_proj.x, kind, gate_proj.weight.name);
+    detail::require_distinct(&dy, &dx, kind, gate_proj.weight.name);
+    down_proj.backward(ctx, dy, c.dh, c.down_proj);
+    c.d_gate.resize(c.gate.shape());
+    c.d_up.resize(c.up.shape());
+    ops_of<Ctx>::map(exec_of(ctx), static_cast<std::int64_t>(c.dh.numel()),
+                     detail::swiglu_backward_fn{c.gate.data(), c.up.data(), c.dh.data(), c.d_gate.data(),
+                                                c.d_up.data()});
+    gate_proj.backward(ctx, c.d_gate, dx, c.gate_proj);
+    up_proj.backward(ctx, c.d_up, c.dx_up, c.up_proj);
+    add_into(ctx, dx, c.dx_up);
+  }
+
+ private:
+  static constexpr const char* kind = "swiglu_mlp";
+};
+
+// `dim` features through `intermediate` gated units, split over tp_size ranks; weights
+// start like torch.nn.Linear's.
+inline swiglu_mlp make_swiglu_mlp(int dim, int intermediate, int tp_rank = 0, int tp_size = 1) {
+  return swiglu_mlp{make_column_parallel_linear(dim, intermediate, tp_rank, tp_size, false),
+                    make_column_parallel_linear(dim, intermediate, tp_rank, tp_size, false),
+                    make_row_parallel_linear(intermediate, dim, tp_rank, tp_size, false)};
+}
+
+}  // namespace strata::nn
