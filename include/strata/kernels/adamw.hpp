@@ -41,23 +41,38 @@ struct adamw_update {
   std::uint64_t rounding_key;  // stochastic rounding only
   std::size_t index_base;      // global index of element 0 of this shard (stochastic rounding)
 
-  // Updates m and v of element i and returns v, whose root post_sqrt needs.
-  STRATA_HOST_DEVICE float pre_sqrt(std::size_t i) const {
-    const float g = static_cast<float>(grad[i]) * grad_scale;
+  // What the host driver's tile form needs to know (kernels/host_driver.hpp).
+  using grad_type = G;
+  using param_type = P;
+  static constexpr write_mode write = W;
+
+  // pre_sqrt with grad[i] already read as a float, and post_sqrt without the 16-bit
+  // write, returning the updated fp32 param; then write_out writes that. The host driver
+  // uses these to convert a whole tile of 16-bit grads in, and of params out, with packed
+  // instructions. The split changes no operation: pre_sqrt and post_sqrt are made of them.
+  STRATA_HOST_DEVICE float pre_sqrt_of(std::size_t i, float grad_i) const {
+    const float g = grad_i * grad_scale;
     const float m = beta1 * exp_avg[i] + one_minus_beta1 * g;
     const float v = beta2 * exp_avg_sq[i] + (one_minus_beta2 * g) * g;
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
     return v;
   }
-
-  // Finishes element i given sqrt(v) of its updated second moment.
-  STRATA_HOST_DEVICE void post_sqrt(std::size_t i, float sqrt_v) const {
+  STRATA_HOST_DEVICE float post_sqrt_master(std::size_t i, float sqrt_v) const {
     const float denom = sqrt_v * inv_bias_correction2_sqrt + eps;
     const float p = master[i] * decay_factor - (step_size * exp_avg[i]) / denom;
     master[i] = p;
+    return p;
+  }
+  STRATA_HOST_DEVICE void write_out(std::size_t i, float p) const {
     detail::write_param<W>(param_out, i, p, rounding_key, index_base + i);
   }
+
+  // Updates m and v of element i and returns v, whose root post_sqrt needs.
+  STRATA_HOST_DEVICE float pre_sqrt(std::size_t i) const { return pre_sqrt_of(i, static_cast<float>(grad[i])); }
+
+  // Finishes element i given sqrt(v) of its updated second moment.
+  STRATA_HOST_DEVICE void post_sqrt(std::size_t i, float sqrt_v) const { write_out(i, post_sqrt_master(i, sqrt_v)); }
 
   STRATA_HOST_DEVICE void operator()(std::size_t i) const { post_sqrt(i, detail::sqrt_nonneg(pre_sqrt(i))); }
 };

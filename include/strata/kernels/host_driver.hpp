@@ -1,17 +1,26 @@
 // The host driver of kernels/: runs an elementwise functor over a flat shard with
-// OpenMP threads (static schedule) and SIMD lanes, vectorized under ordinary -O2/-O3.
+// OpenMP threads (static schedule) and SIMD lanes, vectorized under ordinary -O2/-O3,
+// and with F16C conversions of fp16 grads and params where the processor has them.
 #pragma once
 #include <omp.h>
 
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <type_traits>
 
+#include "../core/dtype.hpp"
+#include "rounding.hpp"
 #include "scalar_math.hpp"
 
 #if defined(__x86_64__) || defined(_M_X64) || defined(__SSE2__)
 #include <immintrin.h>
 #define STRATA_DETAIL_SQRT_X86 1
+// F16C is compiled in with a target attribute (the library is built for baseline x86-64)
+// and used where the processor has it, checked at run time.
+#if defined(__GNUC__)
+#define STRATA_DETAIL_F16C 1
+#endif
 #elif defined(__aarch64__) && defined(__ARM_NEON)
 #include <arm_neon.h>
 #define STRATA_DETAIL_SQRT_NEON 1
@@ -57,36 +66,174 @@ STRATA_FORCEINLINE void sqrt_tile(float* x, std::size_t n) {
   for (; j < n; ++j) x[j] = sqrt_nonneg(x[j]);
 }
 
+// A split functor that also takes its grad as a float and hands back its updated fp32
+// param (adamw_update): pre_sqrt_of(i, grad[i] as float), post_sqrt_master(i, root) ->
+// the param, write_out(i, param) for the 16-bit copy. With these the driver converts a
+// whole tile of fp16 grads in and params out with packed F16C instructions, where the
+// functor's own exact conversions cost about ten instructions an element
+// (strata::detail::fp16_to_float, float_to_fp16_rne at baseline SSE2).
+template <class F>
+concept split_with_conversions = split_at_sqrt<F> && requires(const F& f, std::size_t i, float x) {
+  typename F::grad_type;
+  typename F::param_type;
+  { F::write } -> std::convertible_to<write_mode>;
+  { f.grad } -> std::convertible_to<const typename F::grad_type*>;
+  { f.param_out } -> std::convertible_to<typename F::param_type*>;
+  { f.pre_sqrt_of(i, x) } -> std::same_as<float>;
+  { f.post_sqrt_master(i, x) } -> std::same_as<float>;
+  f.write_out(i, x);
+};
+
+// Whether F16C would convert something of F: fp16 grads, or fp16 params rounded to
+// nearest even (stochastic rounding stays on the functor's scalar path).
+template <class F>
+inline constexpr bool f16c_converts = [] {
+  if constexpr (split_with_conversions<F>)
+    return std::is_same_v<typename F::grad_type, fp16> ||
+           (std::is_same_v<typename F::param_type, fp16> && F::write == write_mode::nearest_even);
+  else
+    return false;
+}();
+
+// Whether this processor (and its OS, which must save the AVX registers) has F16C;
+// asked once.
+inline bool host_has_f16c() {
+#if defined(STRATA_DETAIL_F16C)
+  // __builtin_cpu_init: in case the first step runs in a static constructor, before
+  // libgcc's own.
+  static const bool yes = (__builtin_cpu_init(), __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c"));
+  return yes;
+#else
+  return false;
+#endif
+}
+
+#if defined(STRATA_DETAIL_F16C)
+#define STRATA_DETAIL_TARGET_F16C __attribute__((target("avx,f16c")))
+
+// The F16C conversions of 8 elements, with fix-ups that give the bits of
+// strata::detail::fp16_to_float and float_to_fp16_rne for every input
+// (tests/unit/kernels/host_driver_f16c.cpp checks all of them). Both are exact or
+// rounded to nearest even alike on every number, subnormals and overflow to inf
+// included; they differ on NaNs only:
+// - fp16 -> float: F16C quiets a signalling NaN (sets the float's bit 22), the contract
+//   keeps it signalling. NaN grads are rare (the trainer skips a step whose gradient norm
+//   is not finite), so a group holding one is redone by the scalar conversion itself, on
+//   a branch otherwise never taken;
+// - float -> fp16: F16C keeps the top ten payload bits, the contract drops them (sign |
+//   0x7e00): masked off, and the quiet bit set, in the lanes whose result is a NaN.
+STRATA_DETAIL_TARGET_F16C inline void fp16x8_to_float(const fp16* in, float* out) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in));
+  _mm256_storeu_ps(out, _mm256_cvtph_ps(h));
+  const __m128i nan = _mm_cmpgt_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7fff)), _mm_set1_epi16(0x7c00));
+  if (_mm_movemask_epi8(nan) != 0) [[unlikely]]
+    for (int k = 0; k < 8; ++k) out[k] = strata::detail::fp16_to_float(in[k].bits);
+}
+
+STRATA_DETAIL_TARGET_F16C inline void float8_to_fp16(const float* in, fp16* out) {
+  const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in), _MM_FROUND_TO_NEAREST_INT);
+  const __m128i nan = _mm_cmpgt_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7fff)), _mm_set1_epi16(0x7c00));
+  const __m128i fixed = _mm_or_si128(_mm_andnot_si128(_mm_and_si128(nan, _mm_set1_epi16(0x01ff)), h),
+                                     _mm_and_si128(nan, _mm_set1_epi16(0x0200)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), fixed);
+}
+
+// Tiles [begin, end) of a split functor: grads converted in, the three phases of
+// run_host's tile, params converted out. Compiled for AVX, so its simd loops are 8 wide;
+// not for FMA, which would fuse the functor's multiply-adds and change its bits.
+template <class F>
+STRATA_DETAIL_TARGET_F16C void f16c_tiles(const F& f, std::size_t begin, std::size_t end) {
+  using G = typename F::grad_type;
+  using P = typename F::param_type;
+  constexpr bool grads_in = std::is_same_v<G, fp16>;
+  constexpr bool params_out = std::is_same_v<P, fp16> && F::write == write_mode::nearest_even;
+  constexpr std::size_t tile = host_sqrt_tile;
+  static_assert(tile % 8 == 0, "strata: F16C converts 8 elements at a time");
+  for (std::size_t t = begin; t < end; ++t) {
+    const std::size_t lo = t * tile;
+    alignas(64) float x[tile];
+    if constexpr (grads_in) {
+      for (std::size_t j = 0; j < tile; j += 8) fp16x8_to_float(f.grad + lo + j, x + j);
+    } else {
+#pragma omp simd
+      for (std::size_t j = 0; j < tile; ++j) x[j] = static_cast<float>(f.grad[lo + j]);
+    }
+#pragma omp simd
+    for (std::size_t j = 0; j < tile; ++j) x[j] = f.pre_sqrt_of(lo + j, x[j]);
+    for (std::size_t j = 0; j < tile; j += 8) _mm256_store_ps(x + j, _mm256_sqrt_ps(_mm256_load_ps(x + j)));
+#pragma omp simd
+    for (std::size_t j = 0; j < tile; ++j) x[j] = f.post_sqrt_master(lo + j, x[j]);
+    if constexpr (params_out) {
+      for (std::size_t j = 0; j < tile; j += 8) float8_to_fp16(x + j, f.param_out + lo + j);
+    } else {
+#pragma omp simd
+      for (std::size_t j = 0; j < tile; ++j) f.write_out(lo + j, x[j]);
+    }
+  }
+}
+#undef STRATA_DETAIL_TARGET_F16C
+#endif
+
+// run_host for a functor split at a square root. With f16c (the caller has checked the
+// processor), a functor whose fp16 conversions F16C can do runs f16c_tiles; otherwise
+// the baseline tiles, whose phases call the functor's own conversions. Both give the
+// same bits. The tests call this directly to run both on one machine.
+template <class F>
+void run_split(std::size_t n, const F& f, bool parallel, [[maybe_unused]] bool f16c) {
+  constexpr std::size_t tile = host_sqrt_tile;
+  const std::size_t tiles = n / tile;
+#if defined(STRATA_DETAIL_F16C)
+  if constexpr (f16c_converts<F>) {
+    if (f16c) {
+#pragma omp parallel if (parallel)
+      {
+        const F local = f;
+        // The blocks libgomp's `omp for schedule(static)` below gives each thread, so a
+        // thread touches the same pages on either path.
+        const std::size_t threads = static_cast<std::size_t>(omp_get_num_threads());
+        const std::size_t me = static_cast<std::size_t>(omp_get_thread_num());
+        const std::size_t q = tiles / threads, r = tiles % threads;
+        const std::size_t begin = me * q + std::min(me, r);
+        f16c_tiles(local, begin, begin + q + (me < r ? 1 : 0));
+      }
+      for (std::size_t i = tiles * tile; i < n; ++i) f(i);
+      return;
+    }
+  }
+#endif
+#pragma omp parallel if (parallel)
+  {
+    const F local = f;
+#pragma omp for schedule(static)
+    for (std::size_t t = 0; t < tiles; ++t) {
+      const std::size_t lo = t * tile;
+      alignas(64) float roots[tile];
+#pragma omp simd
+      for (std::size_t j = 0; j < tile; ++j) roots[j] = local.pre_sqrt(lo + j);
+      sqrt_tile(roots, tile);
+#pragma omp simd
+      for (std::size_t j = 0; j < tile; ++j) local.post_sqrt(lo + j, roots[j]);
+    }
+  }
+  // The last n % tile elements: the fused form, same bits (the root is correctly
+  // rounded either way).
+  for (std::size_t i = tiles * tile; i < n; ++i) f(i);
+}
+
 }  // namespace detail
 
 // Runs f(i) for every i in [0, n): threads take contiguous blocks (static schedule, so a
 // thread touches the same pages every step) and each block runs as a SIMD loop. Inside
 // an active parallel region, or for small n, the calling thread does it all. Each
 // thread works on its own copy of f, so its pointers and scalars sit in registers.
+// A functor split at a square root runs in tiles (detail::run_split), with F16C
+// conversions of its fp16 grads and params where the processor has F16C.
 template <class F>
 void run_host(std::size_t n, const F& f) {
   if (n == 0) return;
   const bool parallel = n >= detail::host_parallel_min && !omp_in_parallel();
   if constexpr (detail::split_at_sqrt<F>) {
-    constexpr std::size_t tile = detail::host_sqrt_tile;
-    const std::size_t tiles = n / tile;
-#pragma omp parallel if (parallel)
-    {
-      const F local = f;
-#pragma omp for schedule(static)
-      for (std::size_t t = 0; t < tiles; ++t) {
-        const std::size_t lo = t * tile;
-        alignas(64) float roots[tile];
-#pragma omp simd
-        for (std::size_t j = 0; j < tile; ++j) roots[j] = local.pre_sqrt(lo + j);
-        detail::sqrt_tile(roots, tile);
-#pragma omp simd
-        for (std::size_t j = 0; j < tile; ++j) local.post_sqrt(lo + j, roots[j]);
-      }
-    }
-    // The last n % tile elements: the fused form, same bits (the root is correctly
-    // rounded either way).
-    for (std::size_t i = tiles * tile; i < n; ++i) f(i);
+    detail::run_split(n, f, parallel, detail::f16c_converts<F> && detail::host_has_f16c());
   } else {
 #pragma omp parallel if (parallel)
     {
