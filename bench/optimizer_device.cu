@@ -61,7 +61,7 @@ struct fill_op {
   T* x;
   float scale;
   __device__ void operator()(std::size_t i) const {
-    const auto h = strata::kernels::detail::mix64(i + 1);
+    const auto h = strata::mix64(i + 1);
     const float u = static_cast<float>(h >> 40) * (1.0f / 16777216.0f) - 0.5f;  // [-0.5, 0.5)
     x[i] = static_cast<T>(u * scale);
   }
@@ -134,11 +134,8 @@ int strata_bench::run_optimizer_cuda(int argc, char** argv) {
       const strata::shard_args<strata::bf16, strata::bf16> a16{p.data(), g16.data(), m.data(), v.data(), p16.data(), n};
       const double t_adam32 = time_ms(o, s, [&] { strata::step_runs_cuda(adamw, a32, table, 1e-4f, 1.0f, ++step, s); });
       const double t_plain = time_ms(o, s, [&] {
-        ++step;
-        strata::detail::make_update<strata::kernels::write_mode::none>(
-            adamw, a32, 1e-4f, 1.0f, step, [&](const auto& decayed, const auto&) {
-              strata::kernels::run_cuda(n, opaque<std::decay_t<decltype(decayed)>>{decayed}, s);
-            });
+        const auto f = adamw.update<strata::kernels::write_mode::none>(a32, 1e-4f, 1.0f, true, ++step);
+        strata::kernels::run_cuda(n, opaque<std::decay_t<decltype(f)>>{f}, s);
       });
       const double t_adam16 = time_ms(o, s, [&] { strata::step_runs_cuda(adamw, a16, table, 1e-4f, 1.0f, ++step, s); });
       const double t_lion = time_ms(o, s, [&] { strata::step_runs_cuda(lion, a32, table, 1e-5f, 1.0f, ++step, s); });

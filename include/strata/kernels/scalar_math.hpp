@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "../core/config.hpp"
+#include "../core/hash.hpp"
 
 namespace strata::kernels::detail {
 
@@ -22,17 +23,8 @@ STRATA_HOST_DEVICE constexpr float sign(float x) {
   return static_cast<float>(static_cast<int>(x > 0.0f) - static_cast<int>(x < 0.0f));
 }
 
-// splitmix64's finalizer: a bijective 64-bit mix with full avalanche.
-STRATA_HOST_DEVICE constexpr std::uint64_t mix64(std::uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
-inline constexpr std::uint64_t golden64 = 0x9e3779b97f4a7c15ull;
+using strata::golden64;
+using strata::mix64;
 
 // The per-step key of stochastic rounding, computed once on the host per step.
 STRATA_HOST_DEVICE constexpr std::uint64_t rounding_key(std::uint64_t seed, std::uint64_t step) {

@@ -31,6 +31,16 @@ struct adamw {
     validate();
     detail::check_step(name, a, state_slots, lr, grad_scale, step);
     if (a.n == 0) return;
+    detail::with_write_mode(a, [&](auto mode) {
+      kernels::run_host(a.n, update<decltype(mode)::value>(a, lr, grad_scale, decay, step));
+    });
+  }
+
+  // The functor that step runs over a run of the shard, for any driver: the host's
+  // (step above) and the CUDA one (optim/cuda_optim.cuh) run this same functor.
+  template <kernels::write_mode W, class P, class G>
+  kernels::adamw_update<P, G, W> update(const shard_args<P, G>& a, float lr, float grad_scale, bool decay,
+                                        long step) const {
     // Scalars in double from the hyperparameters' decimals, as torch computes them in
     // Python, then rounded once to float (detail::as_decimal).
     const double b1 = detail::as_decimal(beta1), b2 = detail::as_decimal(beta2);
@@ -39,25 +49,22 @@ struct adamw {
     const double bc1 = bias_correction ? 1.0 - std::pow(b1, t) : 1.0;
     const double bc2 = bias_correction ? 1.0 - std::pow(b2, t) : 1.0;
     const double wd = decay ? detail::as_decimal(weight_decay) : 0.0;
-    detail::with_write_mode(a, [&](auto mode) {
-      kernels::adamw_update<P, G, decltype(mode)::value> f{a.master,
-                                                           a.grad,
-                                                           a.state0,
-                                                           a.state1,
-                                                           a.param_out,
-                                                           grad_scale,
-                                                           beta1,
-                                                           static_cast<float>(1.0 - b1),
-                                                           beta2,
-                                                           static_cast<float>(1.0 - b2),
-                                                           static_cast<float>(1.0 - lr_d * wd),
-                                                           static_cast<float>(lr_d / bc1),
-                                                           static_cast<float>(1.0 / std::sqrt(bc2)),
-                                                           eps,
-                                                           detail::step_rounding_key(a.seed, step),
-                                                           a.global_offset};
-      kernels::run_host(a.n, f);
-    });
+    return {a.master,
+            a.grad,
+            a.state0,
+            a.state1,
+            a.param_out,
+            grad_scale,
+            beta1,
+            static_cast<float>(1.0 - b1),
+            beta2,
+            static_cast<float>(1.0 - b2),
+            static_cast<float>(1.0 - lr_d * wd),
+            static_cast<float>(lr_d / bc1),
+            static_cast<float>(1.0 / std::sqrt(bc2)),
+            eps,
+            detail::step_rounding_key(a.seed, step),
+            a.global_offset};
   }
 };
 

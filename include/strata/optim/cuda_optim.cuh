@@ -58,87 +58,20 @@ void run_cuda_runs(const cuda_run_table& table, const F& decayed, const F& undec
 
 namespace detail {
 
-// Each make_update below builds the functor that the policy's host step() builds, from
-// the same double-precision scalars (optim/adamw.hpp explains them); tests/cuda holds the
-// two drivers to the same bits. `emit(decayed, undecayed)` receives the functors of a
-// decay run and of an undecayed run; they differ only in the decay term.
-
-template <kernels::write_mode W, class P, class G, class Emit>
-void make_update(const adamw& o, const shard_args<P, G>& a, float lr, float grad_scale, long step, Emit&& emit) {
-  const double b1 = as_decimal(o.beta1), b2 = as_decimal(o.beta2);
-  const double lr_d = as_decimal(lr);
-  const double t = static_cast<double>(step);
-  const double bc1 = o.bias_correction ? 1.0 - std::pow(b1, t) : 1.0;
-  const double bc2 = o.bias_correction ? 1.0 - std::pow(b2, t) : 1.0;
-  auto make = [&](bool decay) {
-    const double wd = decay ? as_decimal(o.weight_decay) : 0.0;
-    return kernels::adamw_update<P, G, W>{a.master,
-                                          a.grad,
-                                          a.state0,
-                                          a.state1,
-                                          a.param_out,
-                                          grad_scale,
-                                          o.beta1,
-                                          static_cast<float>(1.0 - b1),
-                                          o.beta2,
-                                          static_cast<float>(1.0 - b2),
-                                          static_cast<float>(1.0 - lr_d * wd),
-                                          static_cast<float>(lr_d / bc1),
-                                          static_cast<float>(1.0 / std::sqrt(bc2)),
-                                          o.eps,
-                                          step_rounding_key(a.seed, step),
-                                          a.global_offset};
-  };
-  emit(make(true), make(false));
-}
-
-template <kernels::write_mode W, class P, class G, class Emit>
-void make_update(const sgd& o, const shard_args<P, G>& a, float lr, float grad_scale, long step, Emit&& emit) {
-  auto with = [&](auto has_momentum) {
-    auto make = [&](bool decay) {
-      return kernels::sgd_update<P, G, W, decltype(has_momentum)::value>{
-          a.master,
-          a.grad,
-          a.state0,
-          a.param_out,
-          grad_scale,
-          decay ? o.weight_decay : 0.0f,
-          lr,
-          o.momentum,
-          static_cast<float>(1.0 - as_decimal(o.dampening)),
-          o.nesterov,
-          step == 1,
-          step_rounding_key(a.seed, step),
-          a.global_offset};
-    };
-    emit(make(true), make(false));
-  };
-  if (o.momentum != 0.0f)
-    with(std::true_type{});
-  else
-    with(std::false_type{});
-}
-
-template <kernels::write_mode W, class P, class G, class Emit>
-void make_update(const lion& o, const shard_args<P, G>& a, float lr, float grad_scale, long step, Emit&& emit) {
-  const double b1 = as_decimal(o.beta1), b2 = as_decimal(o.beta2);
-  auto make = [&](bool decay) {
-    const double wd = decay ? as_decimal(o.weight_decay) : 0.0;
-    return kernels::lion_update<P, G, W>{a.master,
-                                         a.grad,
-                                         a.state0,
-                                         a.param_out,
-                                         grad_scale,
-                                         o.beta1,
-                                         static_cast<float>(1.0 - b1),
-                                         o.beta2,
-                                         static_cast<float>(1.0 - b2),
-                                         static_cast<float>(1.0 - as_decimal(lr) * wd),
-                                         lr,
-                                         step_rounding_key(a.seed, step),
-                                         a.global_offset};
-  };
-  emit(make(true), make(false));
+// The functors of a decay run and of an undecayed run that one step of `o` runs, given to
+// emit(decayed, undecayed): the policy's own update(), which its host step() runs too.
+template <kernels::write_mode W, class O, class P, class G, class Emit>
+void make_update(const O& o, const shard_args<P, G>& a, float lr, float grad_scale, long step, Emit&& emit) {
+  if constexpr (std::is_same_v<O, sgd>) {
+    if (o.momentum != 0.0f)
+      emit(o.template update<W, true>(a, lr, grad_scale, true, step),
+           o.template update<W, true>(a, lr, grad_scale, false, step));
+    else
+      emit(o.template update<W, false>(a, lr, grad_scale, true, step),
+           o.template update<W, false>(a, lr, grad_scale, false, step));
+  } else {
+    emit(o.template update<W>(a, lr, grad_scale, true, step), o.template update<W>(a, lr, grad_scale, false, step));
+  }
 }
 
 // The state buffers a step reads, as the host step() checks them.

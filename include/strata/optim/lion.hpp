@@ -26,25 +26,31 @@ struct lion {
     validate();
     detail::check_step(name, a, state_slots, lr, grad_scale, step);
     if (a.n == 0) return;
+    detail::with_write_mode(a, [&](auto mode) {
+      kernels::run_host(a.n, update<decltype(mode)::value>(a, lr, grad_scale, decay, step));
+    });
+  }
+
+  // The functor that step runs over a run of the shard, for any driver (host and CUDA).
+  template <kernels::write_mode W, class P, class G>
+  kernels::lion_update<P, G, W> update(const shard_args<P, G>& a, float lr, float grad_scale, bool decay,
+                                       long step) const {
     // Step scalars from the hyperparameters' decimals, as torch would (detail::as_decimal).
     const double b1 = detail::as_decimal(beta1), b2 = detail::as_decimal(beta2);
     const double wd = decay ? detail::as_decimal(weight_decay) : 0.0;
-    detail::with_write_mode(a, [&](auto mode) {
-      kernels::lion_update<P, G, decltype(mode)::value> f{a.master,
-                                                          a.grad,
-                                                          a.state0,
-                                                          a.param_out,
-                                                          grad_scale,
-                                                          beta1,
-                                                          static_cast<float>(1.0 - b1),
-                                                          beta2,
-                                                          static_cast<float>(1.0 - b2),
-                                                          static_cast<float>(1.0 - detail::as_decimal(lr) * wd),
-                                                          lr,
-                                                          detail::step_rounding_key(a.seed, step),
-                                                          a.global_offset};
-      kernels::run_host(a.n, f);
-    });
+    return {a.master,
+            a.grad,
+            a.state0,
+            a.param_out,
+            grad_scale,
+            beta1,
+            static_cast<float>(1.0 - b1),
+            beta2,
+            static_cast<float>(1.0 - b2),
+            static_cast<float>(1.0 - detail::as_decimal(lr) * wd),
+            lr,
+            detail::step_rounding_key(a.seed, step),
+            a.global_offset};
   }
 };
 

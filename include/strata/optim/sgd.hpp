@@ -32,8 +32,22 @@ struct sgd {
     if (a.n == 0) return;
     detail::with_write_mode(a, [&](auto mode) {
       auto run = [&](auto has_momentum) {
-        kernels::sgd_update<P, G, decltype(mode)::value, decltype(has_momentum)::value> f{
-            a.master,
+        kernels::run_host(a.n, update<decltype(mode)::value, decltype(has_momentum)::value>(a, lr, grad_scale, decay,
+                                                                                             step));
+      };
+      if (momentum != 0.0f)
+        run(std::true_type{});
+      else
+        run(std::false_type{});
+    });
+  }
+
+  // The functor that step runs over a run of the shard, for any driver (host and CUDA);
+  // Momentum must be momentum != 0.
+  template <kernels::write_mode W, bool Momentum, class P, class G>
+  kernels::sgd_update<P, G, W, Momentum> update(const shard_args<P, G>& a, float lr, float grad_scale, bool decay,
+                                                long step) const {
+    return {a.master,
             a.grad,
             a.state0,
             a.param_out,
@@ -46,13 +60,6 @@ struct sgd {
             step == 1,
             detail::step_rounding_key(a.seed, step),
             a.global_offset};
-        kernels::run_host(a.n, f);
-      };
-      if (momentum != 0.0f)
-        run(std::true_type{});
-      else
-        run(std::false_type{});
-    });
   }
 };
 
