@@ -45,7 +45,8 @@ inline config_choice apply_config(args& a, const char* program, int rank, int wo
   else
     *tp = t, *pp = p;
   strata::expects<strata::config_error>(world_size % (t * p) == 0, [&] {
-    return strata::detail::cat("config: tensor x pipeline = ", t, " x ", p, " does not divide ", world_size, " processes");
+    return "config: tensor x pipeline = " + std::to_string(t) + " x " + std::to_string(p) + " does not divide " +
+           std::to_string(world_size) + " processes";
   });
   c.cfg->resolve(world_size / (t * p));
   pol = strata::to_runtime_policies(*c.cfg);

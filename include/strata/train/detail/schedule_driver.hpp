@@ -58,8 +58,6 @@ class schedule_driver {
     sends_.resize(static_cast<std::size_t>(opts_.micro_batches));
     slot_of_.assign(static_cast<std::size_t>(opts_.micro_batches), 0);
     actions_ = schedule_for<Schedule>(pp_rank(), pp_size(), opts_.micro_batches);
-  }
-  void start_stage_links() {
     if (pp_size() > 1) {
       pp_fwd_.emplace(grid_.pipeline().split(0, pp_rank()));
       pp_bwd_.emplace(grid_.pipeline().split(0, pp_rank()));

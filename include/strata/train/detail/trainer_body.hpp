@@ -47,6 +47,9 @@ class trainer_body {
   using ctx_t = typename types::ctx_t;
   static constexpr int stage = Stage;
 
+  // Every rank runs these steps in this order: dev_.start makes the NCCL communicators
+  // (collective over data, then tensor), initialise all-gathers ZeRO-1/2's params, and
+  // driver_.start splits the pipeline group into its two links.
   trainer_body(grid_t& g, Model model, trainer_options opts, Optimizer opt, bool offload)
       : grid_(g),
         dp_(g.data()),
@@ -79,9 +82,8 @@ class trainer_body {
     gathers_.bind_static();
     reduce_.bind_static();
     weights_.initialise(opts_.seed);
-    driver_.start();
     gathers_.reserve();
-    driver_.start_stage_links();
+    driver_.start();
     norm_runs_ = {{0, state_.grad_shard.size()}};
     if (grid_.tp_size() > 1 && grid_.tp_rank() != 0) collect_tp_norm_runs();
   }
