@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
     a.check_all_used();
     opts.validate();
     strata::expects<strata::config_error>(pol.optimizer == "adamw" && pol.precision == "fp32", [&] {
-      return strata::detail::cat("gpt trains with AdamW in fp32; the config asks for ", pol.optimizer, " in ", pol.precision);
+      return strata::cat("gpt trains with AdamW in fp32; the config asks for ", pol.optimizer, " in ", pol.precision);
     });
     const gpt::run_args ra{env, model, tp, pp, lo, opts, cc, pol};
     if (device == "cuda") return gpt::run_cuda(ra);

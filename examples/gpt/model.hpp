@@ -112,7 +112,7 @@ inline model make_model(const config& cfg, int tp_rank = 0, int tp_size = 1) {
   namespace sn = strata::nn;
   strata::expects<strata::config_error>(
       cfg.vocab > 0 && cfg.seq > 0 && cfg.dim > 0 && cfg.heads > 0 && cfg.layers > 0,
-      strata::detail::cat("gpt::make_model: vocab ", cfg.vocab, ", seq ", cfg.seq, ", dim ", cfg.dim, ", heads ",
+      strata::cat("gpt::make_model: vocab ", cfg.vocab, ", seq ", cfg.seq, ", dim ", cfg.dim, ", heads ",
                           cfg.heads, ", layers ", cfg.layers, " must all be positive"));
   const auto normal = strata::init_spec::normal(0.02f);
   const auto residual = strata::init_spec::normal(0.02f / std::sqrt(2.0f * static_cast<float>(cfg.layers)));
@@ -150,7 +150,7 @@ class synthetic_tokens {
       : vocab_(cfg.vocab), seq_(cfg.seq), seed_(seed), next_(static_cast<std::size_t>(cfg.vocab) * fan_out) {
     strata::expects<strata::config_error>(
         cfg.vocab > 0 && cfg.seq > 0,
-        strata::detail::cat("gpt::synthetic_tokens: vocab ", cfg.vocab, " and seq ", cfg.seq, " must be positive"));
+        strata::cat("gpt::synthetic_tokens: vocab ", cfg.vocab, " and seq ", cfg.seq, " must be positive"));
     const strata::random_stream chain(seed, "markov_chain");
     for (std::size_t i = 0; i < next_.size(); ++i)
       next_[i] = static_cast<int>(chain.bits(i) % static_cast<std::uint64_t>(vocab_));

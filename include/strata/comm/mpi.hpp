@@ -109,7 +109,7 @@ class mpi_comm {
   // Collective: ranks with the same color form a communicator, ordered by key then rank.
   mpi_comm split(int color, int key) {
     expects<comm_error>(color >= 0,
-                        [&] { return detail::cat("split of ", name(), ": color ", color, " must be >= 0"); });
+                        [&] { return strata::cat("split of ", name(), ": color ", color, " must be >= 0"); });
     MPI_Comm result = MPI_COMM_NULL;
     detail::mpi_task t;
     t.k = detail::mpi_task::kind::split;
@@ -117,7 +117,7 @@ class mpi_comm {
     t.key = key;
     t.result = &result;
     run(t);
-    return mpi_comm(adopt_t{}, result, detail::cat(name(), "/", color));
+    return mpi_comm(adopt_t{}, result, strata::cat(name(), "/", color));
   }
 
  private:
@@ -158,11 +158,11 @@ class mpi_comm {
   detail::mpi_task reduce_scatter_task(std::span<U> in, std::span<T> out, reduce_op op) const {
     const std::size_t p = static_cast<std::size_t>(size());
     expects<comm_error>(in.size() == out.size() * p, [&] {
-      return detail::cat("reduce_scatter on ", name(), ": input has ", in.size(), " elements, expected out (",
+      return strata::cat("reduce_scatter on ", name(), ": input has ", in.size(), " elements, expected out (",
                          out.size(), ") x size (", p, ") = ", out.size() * p);
     });
     expects<comm_error>(!overlap(in, out) || out.empty(),
-                        [&] { return detail::cat("reduce_scatter on ", name(), ": input and output overlap"); });
+                        [&] { return strata::cat("reduce_scatter on ", name(), ": input and output overlap"); });
     auto t = task<T>(detail::mpi_task::kind::reduce_scatter, in.size());
     t.in = in.data();
     t.out = out.data();
@@ -175,12 +175,12 @@ class mpi_comm {
   detail::mpi_task all_gather_task(std::span<U> in, std::span<T> out) const {
     const std::size_t p = static_cast<std::size_t>(size());
     expects<comm_error>(out.size() == in.size() * p, [&] {
-      return detail::cat("all_gather on ", name(), ": output has ", out.size(), " elements, expected in (", in.size(),
+      return strata::cat("all_gather on ", name(), ": output has ", out.size(), " elements, expected in (", in.size(),
                          ") x size (", p, ") = ", in.size() * p);
     });
     const T* own = out.data() + static_cast<std::size_t>(rank()) * in.size();
     expects<comm_error>(in.data() == own || !overlap(in, out), [&] {
-      return detail::cat("all_gather on ", name(), ": input overlaps the output but is not block ", rank(), " of it");
+      return strata::cat("all_gather on ", name(), ": input overlaps the output but is not block ", rank(), " of it");
     });
     auto t = task<T>(detail::mpi_task::kind::all_gather, out.size());
     t.in = in.data();
@@ -227,11 +227,11 @@ class mpi_comm {
   }
   void check_rank(int r, const char* what) const {
     expects<comm_error>(r >= 0 && r < size(), [&] {
-      return detail::cat(what, " ", r, " on ", name(), ": not a rank of a communicator of size ", size());
+      return strata::cat(what, " ", r, " on ", name(), ": not a rank of a communicator of size ", size());
     });
   }
   void check_tag(int tag) const {
-    expects<comm_error>(tag >= 0, [&] { return detail::cat("tag ", tag, " on ", name(), ": tags must be >= 0"); });
+    expects<comm_error>(tag >= 0, [&] { return strata::cat("tag ", tag, " on ", name(), ": tags must be >= 0"); });
   }
   template <class A, class B>
   static bool overlap(std::span<A> a, std::span<B> b) {

@@ -77,7 +77,7 @@ class nccl_comm {
     }
     const auto got = detail::rendezvous_broadcast(cfg, id);
     expects<comm_error>(got.size() == sizeof(ncclUniqueId), [&] {
-      return detail::cat("rendezvous: rank 0 sent ", got.size(), " bytes, an ncclUniqueId has ", sizeof(ncclUniqueId),
+      return strata::cat("rendezvous: rank 0 sent ", got.size(), " bytes, an ncclUniqueId has ", sizeof(ncclUniqueId),
                          " (ranks built against different NCCL versions?)");
     });
     nccl_comm c;
@@ -116,11 +116,11 @@ class nccl_comm {
   request reduce_scatter_async(std::span<U> in, std::span<T> out, reduce_op op = reduce_op::sum) {
     const std::size_t p = static_cast<std::size_t>(size());
     expects<comm_error>(in.size() == out.size() * p, [&] {
-      return detail::cat("reduce_scatter on ", name(), ": input has ", in.size(), " elements, expected out (",
+      return strata::cat("reduce_scatter on ", name(), ": input has ", in.size(), " elements, expected out (",
                          out.size(), ") x size (", p, ") = ", out.size() * p);
     });
     expects<comm_error>(!overlap(in, out) || out.empty(),
-                        [&] { return detail::cat("reduce_scatter on ", name(), ": input and output overlap"); });
+                        [&] { return strata::cat("reduce_scatter on ", name(), ": input and output overlap"); });
     check_device_memory(in.data(), "reduce_scatter");
     check_device_memory(out.data(), "reduce_scatter");
     return run("reduce_scatter", [&](ncclComm_t c, cudaStream_t s) {
@@ -134,12 +134,12 @@ class nccl_comm {
   request all_gather_async(std::span<U> in, std::span<T> out) {
     const std::size_t p = static_cast<std::size_t>(size());
     expects<comm_error>(out.size() == in.size() * p, [&] {
-      return detail::cat("all_gather on ", name(), ": output has ", out.size(), " elements, expected in (", in.size(),
+      return strata::cat("all_gather on ", name(), ": output has ", out.size(), " elements, expected in (", in.size(),
                          ") x size (", p, ") = ", in.size() * p);
     });
     const T* own = out.data() + static_cast<std::size_t>(rank()) * in.size();
     expects<comm_error>(in.data() == own || !overlap(in, out), [&] {
-      return detail::cat("all_gather on ", name(), ": input overlaps the output but is not block ", rank(), " of it");
+      return strata::cat("all_gather on ", name(), ": input overlaps the output but is not block ", rank(), " of it");
     });
     check_device_memory(in.data(), "all_gather");
     check_device_memory(out.data(), "all_gather");
@@ -238,13 +238,13 @@ class nccl_comm {
   // Collective: ranks with the same color form a communicator (ncclCommSplit), ordered
   // by key then rank. It shares this one's device and compute stream.
   nccl_comm split(int color, int key) {
-    expects<comm_error>(color >= 0, [&] { return detail::cat("split of ", name(), ": color ", color, " must be >= 0"); });
+    expects<comm_error>(color >= 0, [&] { return strata::cat("split of ", name(), ": color ", color, " must be >= 0"); });
     auto& s = state();
     device_guard g(s.device());
     ncclComm_t child = nullptr;
     s.check(ncclCommSplit(s.comm(), color, key, &child, nullptr), "split");
     nccl_comm c;
-    c.s_ = std::make_unique<detail::nccl_state>(child, s.device(), s.compute(), detail::cat(s.name(), "/", color),
+    c.s_ = std::make_unique<detail::nccl_state>(child, s.device(), s.compute(), strata::cat(s.name(), "/", color),
                                                 s.timeout());
     return c;
   }
@@ -259,7 +259,7 @@ class nccl_comm {
     ncclComm_t comm = nullptr;
     const ncclResult_t r = ncclCommInitRank(&comm, size, id, rank);
     if (r != ncclSuccess)
-      throw comm_error(detail::cat("nccl communicator ", opt.name, ": ncclCommInitRank (rank ", rank, " of ", size,
+      throw comm_error(strata::cat("nccl communicator ", opt.name, ": ncclCommInitRank (rank ", rank, " of ", size,
                                    ", device ", device, ") failed: ", detail::nccl_error_text(r)));
     const auto timeout = opt.timeout.count() > 0 ? opt.timeout : detail::default_comm_timeout();
     try {
@@ -288,18 +288,18 @@ class nccl_comm {
 
   void check_rank(int r, const char* what) const {
     expects<comm_error>(r >= 0 && r < size(), [&] {
-      return detail::cat(what, " ", r, " on ", name(), ": not a rank of a communicator of size ", size());
+      return strata::cat(what, " ", r, " on ", name(), ": not a rank of a communicator of size ", size());
     });
   }
   void check_peer(int r, const char* what) const {
     check_rank(r, what);
     expects<comm_error>(r != rank(), [&] {
-      return detail::cat(what, " ", r, " on ", name(),
+      return strata::cat(what, " ", r, " on ", name(),
                          " is this rank: NCCL needs both halves of a self-exchange in one group, use send_recv");
     });
   }
   void check_tag(int tag) const {
-    expects<comm_error>(tag >= 0, [&] { return detail::cat("tag ", tag, " on ", name(), ": tags must be >= 0"); });
+    expects<comm_error>(tag >= 0, [&] { return strata::cat("tag ", tag, " on ", name(), ": tags must be >= 0"); });
   }
   // NCCL reads and writes device memory only; a host pointer would fault inside a kernel.
   void check_device_memory(const void* p, const char* op) const {
@@ -308,7 +308,7 @@ class nccl_comm {
     const cudaError_t e = cudaPointerGetAttributes(&a, p);
     if (e != cudaSuccess) (void)cudaGetLastError();
     expects<comm_error>(e == cudaSuccess && (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged), [&] {
-      return detail::cat(op, " on ", name(), ": the buffer at ", p,
+      return strata::cat(op, " on ", name(), ": the buffer at ", p,
                          " is not device memory; nccl_comm moves buffer<T, strata::cuda> data");
     });
   }

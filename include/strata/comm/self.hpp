@@ -122,7 +122,7 @@ class self_comm {
   std::chrono::duration<double> timeout() const { return timeout_; }
   void set_timeout(std::chrono::duration<double> t) {
     expects<config_error>(
-        t.count() > 0, [&] { return detail::cat("communicator time-out of ", t.count(), " s: must be positive"); });
+        t.count() > 0, [&] { return strata::cat("communicator time-out of ", t.count(), " s: must be positive"); });
     timeout_ = t;
   }
 
@@ -135,7 +135,7 @@ class self_comm {
   requires std::is_same_v<std::remove_const_t<U>, T> request reduce_scatter_async(std::span<U> in, std::span<T> out,
                                                                                   reduce_op = reduce_op::sum) {
     expects<comm_error>(in.size() == out.size(), [&] {
-      return detail::cat("reduce_scatter on ", name_, ": input has ", in.size(), " elements, expected out (",
+      return strata::cat("reduce_scatter on ", name_, ": input has ", in.size(), " elements, expected out (",
                          out.size(), ") x size (1)");
     });
     copy(out.data(), in.data(), in.size());
@@ -144,7 +144,7 @@ class self_comm {
   template <class U, comm_element T>
   requires std::is_same_v<std::remove_const_t<U>, T> request all_gather_async(std::span<U> in, std::span<T> out) {
     expects<comm_error>(in.size() == out.size(), [&] {
-      return detail::cat("all_gather on ", name_, ": output has ", out.size(), " elements, expected in (", in.size(),
+      return strata::cat("all_gather on ", name_, ": output has ", out.size(), " elements, expected in (", in.size(),
                          ") x size (1)");
     });
     copy(out.data(), in.data(), in.size());
@@ -200,8 +200,8 @@ class self_comm {
 
   self_comm split(int color, int) {
     expects<comm_error>(color >= 0,
-                        [&] { return detail::cat("split of ", name_, ": color ", color, " must be >= 0"); });
-    self_comm c(detail::cat(name_, "/", color));
+                        [&] { return strata::cat("split of ", name_, ": color ", color, " must be >= 0"); });
+    self_comm c(strata::cat(name_, "/", color));
     c.timeout_ = timeout_;
     return c;
   }
@@ -213,11 +213,11 @@ class self_comm {
   }
   void check_rank(int r, const char* what) const {
     expects<comm_error>(r == 0, [&] {
-      return detail::cat(what, " ", r, " on ", name_, ": a single-process communicator has rank 0 only");
+      return strata::cat(what, " ", r, " on ", name_, ": a single-process communicator has rank 0 only");
     });
   }
   void check_tag(int tag) const {
-    expects<comm_error>(tag >= 0, [&] { return detail::cat("tag ", tag, " on ", name_, ": tags must be >= 0"); });
+    expects<comm_error>(tag >= 0, [&] { return strata::cat("tag ", tag, " on ", name_, ": tags must be >= 0"); });
   }
 
   std::string name_;

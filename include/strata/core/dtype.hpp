@@ -144,6 +144,7 @@ enum class dtype : std::uint8_t { f32, f64, bf16, f16, i32, i64, u8, u16, u32, u
 
 template <class T>
 struct dtype_of;
+// clang-format off
 template <> struct dtype_of<float> { static constexpr dtype value = dtype::f32; };
 template <> struct dtype_of<double> { static constexpr dtype value = dtype::f64; };
 template <> struct dtype_of<bf16> { static constexpr dtype value = dtype::bf16; };
@@ -156,6 +157,7 @@ template <> struct dtype_of<std::uint32_t> { static constexpr dtype value = dtyp
 template <> struct dtype_of<std::uint64_t> { static constexpr dtype value = dtype::u64; };
 template <> struct dtype_of<std::int8_t> { static constexpr dtype value = dtype::i8; };
 template <> struct dtype_of<std::int16_t> { static constexpr dtype value = dtype::i16; };
+// clang-format on
 template <class T>
 inline constexpr dtype dtype_v = dtype_of<std::remove_cv_t<T>>::value;
 

@@ -36,15 +36,15 @@ class checkpoint_error : public error {
   using error::error;
 };
 
-namespace detail {
-
-// Builds a message from stream-able pieces: detail::cat("grid ", tp, "x", dp).
+// Builds a message from stream-able pieces: strata::cat("grid ", tp, "x", dp).
 template <class... Args>
 std::string cat(Args&&... args) {
   std::ostringstream os;
   (os << ... << std::forward<Args>(args));
   return os.str();
 }
+
+namespace detail {
 
 // The text of an errno value, for messages about failed system calls.
 inline std::string errno_text(int e) { return std::strerror(e); }
@@ -60,7 +60,7 @@ inline std::string where(const std::source_location& loc) {
 // Throws E with the message unless cond holds. The location is the caller's, so a
 // message points at the check that failed rather than at this helper. The message is
 // a string literal, or a callable returning the string, so a check that passes costs
-// nothing: `expects(ok, [&] { return detail::cat("bad ", n); })`. (A std::string built
+// nothing: `expects(ok, [&] { return cat("bad ", n); })`. (A std::string built
 // at the call site is accepted too, but is built even when the check passes: keep
 // that form off hot paths.)
 template <class E = error, class Message>

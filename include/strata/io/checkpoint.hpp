@@ -159,7 +159,7 @@ void save_checkpoint(Comm& world, Comm& dp, const checkpoint_state& s, const std
       failed = 1;
     }
   }
-  if (agree()) throw checkpoint_error(detail::cat(tmp.string(), ": cannot create the checkpoint directory"));
+  if (agree()) throw checkpoint_error(strata::cat(tmp.string(), ": cannot create the checkpoint directory"));
 
   // Every rank of a sharded master writes its shard; with a replicated master data-parallel
   // rank 0 of each (tensor, pipeline) group does. Files are named by world rank.
@@ -186,7 +186,7 @@ void save_checkpoint(Comm& world, Comm& dp, const checkpoint_state& s, const std
       std::fprintf(stderr, "strata: checkpoint %s: %s\n", path.c_str(), e.what());
     }
   }
-  if (agree()) throw checkpoint_error(detail::cat(tmp.string(), ": a shard could not be written"));
+  if (agree()) throw checkpoint_error(strata::cat(tmp.string(), ": a shard could not be written"));
   std::vector<std::uint64_t> all(3 * static_cast<std::size_t>(dp.size()));
   dp.all_gather(std::span<const std::uint64_t>(sums, 3), std::span<std::uint64_t>(all));
 
@@ -217,7 +217,7 @@ void save_checkpoint(Comm& world, Comm& dp, const checkpoint_state& s, const std
       failed = 1;
     }
   }
-  if (agree()) throw checkpoint_error(detail::cat(tmp.string(), "/manifest.json: could not be written"));
+  if (agree()) throw checkpoint_error(strata::cat(tmp.string(), "/manifest.json: could not be written"));
 
   // Verify what reached the disk before it replaces anything: each rank re-reads its file.
   if (writes) {
@@ -230,7 +230,7 @@ void save_checkpoint(Comm& world, Comm& dp, const checkpoint_state& s, const std
       failed = 1;
     }
   }
-  if (agree()) throw checkpoint_error(detail::cat(tmp.string(), ": a shard read back differs from what was written"));
+  if (agree()) throw checkpoint_error(strata::cat(tmp.string(), ": a shard read back differs from what was written"));
 
   if (world.rank() == 0) {
     try {
@@ -256,7 +256,7 @@ void save_checkpoint(Comm& world, Comm& dp, const checkpoint_state& s, const std
       std::fprintf(stderr, "strata: checkpoint %s: %s\n", final_dir.c_str(), e.what());
     }
   }
-  if (agree()) throw checkpoint_error(detail::cat(final_dir.string(), ": could not be put in place"));
+  if (agree()) throw checkpoint_error(strata::cat(final_dir.string(), ": could not be put in place"));
 }
 
 // Loads dir (a checkpoint directory, or one with a `latest` pointer) into s, whatever
@@ -271,30 +271,30 @@ void load_checkpoint(Comm& world, checkpoint_state& s, const std::filesystem::pa
   try {
     m = nlohmann::json::parse(detail::read_text_file(manifest_path));
   } catch (const nlohmann::json::exception& e) {
-    throw checkpoint_error(detail::cat(where, ": not valid JSON (", e.what(), ")"));
+    throw checkpoint_error(strata::cat(where, ": not valid JSON (", e.what(), ")"));
   }
   auto fail = [&](const std::string& what) { throw checkpoint_error(where + ": " + what); };
   try {
     if (m.value("format", "") != "strata-checkpoint") fail("not a strata checkpoint manifest");
     if (m.at("format_version").get<int>() != detail::checkpoint_format_version)
-      fail(detail::cat("format version ", m.at("format_version").get<int>(), ", this strata reads version ",
+      fail(strata::cat("format version ", m.at("format_version").get<int>(), ", this strata reads version ",
                        detail::checkpoint_format_version));
     if (m.at("optimizer").get<std::string>() != s.optimizer || m.at("state_slots").get<int>() != s.state_slots)
-      fail(detail::cat("saved with optimizer ", m.at("optimizer").get<std::string>(), ", this run uses ", s.optimizer));
+      fail(strata::cat("saved with optimizer ", m.at("optimizer").get<std::string>(), ", this run uses ", s.optimizer));
     const auto& lay = m.at("layout");
     std::vector<detail::saved_group> groups;
     for (const auto& g : m.at("groups")) groups.push_back(detail::saved_group::parse(g));
     if (groups.size() != lay.at("tp").get<std::size_t>() * lay.at("pp").get<std::size_t>())
-      fail(detail::cat(groups.size(), " groups for a layout of tensor ", lay.at("tp").get<int>(), " x pipeline ",
+      fail(strata::cat(groups.size(), " groups for a layout of tensor ", lay.at("tp").get<int>(), " x pipeline ",
                        lay.at("pp").get<int>()));
 
     // The model must be the same: names and full shapes of every param, in order.
     const auto saved = detail::saved_model(groups);
     if (saved.size() != s.model_names.size())
-      fail(detail::cat("checkpoint of another model: ", saved.size(), " params, this model has ", s.model_names.size()));
+      fail(strata::cat("checkpoint of another model: ", saved.size(), " params, this model has ", s.model_names.size()));
     for (std::size_t i = 0; i < saved.size(); ++i)
       if (saved[i]->name != s.model_names[i] || !(saved[i]->full == s.model_full_shapes[i]))
-        fail(detail::cat("checkpoint of another model: param ", i, " is '", saved[i]->name, "' of shape ",
+        fail(strata::cat("checkpoint of another model: param ", i, " is '", saved[i]->name, "' of shape ",
                          saved[i]->full.str(), ", this model has '", s.model_names[i], "' of shape ",
                          s.model_full_shapes[i].str()));
     const auto index = detail::index_groups(groups);
@@ -316,10 +316,10 @@ void load_checkpoint(Comm& world, checkpoint_state& s, const std::filesystem::pa
         try {
           file.handle = std::make_unique<detail::posix_file>(path, O_RDONLY);
         } catch (const checkpoint_error& e) {
-          throw checkpoint_error(detail::cat(path, ": missing shard (", e.what(), ")"));
+          throw checkpoint_error(strata::cat(path, ": missing shard (", e.what(), ")"));
         }
         if (file.handle->size() != file.bytes)
-          throw checkpoint_error(detail::cat(path, ": truncated or padded shard: ", file.handle->size(),
+          throw checkpoint_error(strata::cat(path, ": truncated or padded shard: ", file.handle->size(),
                                              " bytes, the manifest says ", file.bytes));
         if (k % world.size() == world.rank()) {
           std::vector<char> bytes(file.bytes);
@@ -331,7 +331,7 @@ void load_checkpoint(Comm& world, checkpoint_state& s, const std::filesystem::pa
     world.all_reduce(std::span<long>(&bad, 1), reduce_op::max);
     if (bad >= 0) {
       const auto [g, f] = numbered[static_cast<std::size_t>(bad)];
-      throw checkpoint_error(detail::cat((step_dir / groups[g].files[f].name).string(),
+      throw checkpoint_error(strata::cat((step_dir / groups[g].files[f].name).string(),
                                          ": checksum does not match the manifest (the shard is corrupt)"));
     }
 
@@ -349,7 +349,7 @@ void load_checkpoint(Comm& world, checkpoint_state& s, const std::filesystem::pa
     for (std::size_t i = 0; i < s.names.size(); ++i) {
       const detail::saved_param mine{s.names[i], s.shapes[i], s.full_shapes[i], s.shard_dims[i], s.shard_offsets[i], s.param_offset[i]};
       const auto found = index.find(mine.name);
-      if (found == index.end()) fail(detail::cat("no saved param '", mine.name, "'"));
+      if (found == index.end()) fail(strata::cat("no saved param '", mine.name, "'"));
       const auto& slices = found->second;
       std::size_t hint = 0;
       const std::size_t lo = s.param_offset[i], hi = lo + s.shapes[i].numel();
@@ -359,7 +359,7 @@ void load_checkpoint(Comm& world, checkpoint_state& s, const std::filesystem::pa
           std::size_t local = detail::full_to_local(groups[slices[hint].first].params[slices[hint].second], full);
           for (std::size_t t = 0; local == detail::npos && t < slices.size(); ++t)
             if ((local = detail::full_to_local(groups[slices[t].first].params[slices[t].second], full)) != detail::npos) hint = t;
-          if (local == detail::npos) fail(detail::cat("element ", full, " of '", mine.name, "' is in no saved slice"));
+          if (local == detail::npos) fail(strata::cat("element ", full, " of '", mine.name, "' is in no saved slice"));
           const auto& gr = groups[slices[hint].first];
           const auto& old = gr.params[slices[hint].second];
           const auto at = gr.locate(old.offset + local, where);
@@ -386,7 +386,7 @@ void load_checkpoint(Comm& world, checkpoint_state& s, const std::filesystem::pa
     s.seed = m.at("seed").get<std::uint64_t>();
     s.extra = m.value("extra", nlohmann::json::object());
   } catch (const nlohmann::json::exception& e) {
-    fail(detail::cat("malformed manifest: ", e.what()));
+    fail(strata::cat("malformed manifest: ", e.what()));
   }
 }
 

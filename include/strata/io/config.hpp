@@ -88,7 +88,7 @@ struct run_config {
   // meaning no accumulation), then requires
   // train_batch_size == micro batch * accumulation steps * dp_world.
   const resolved_batch& resolve(int dp_world) {
-    if (dp_world < 1) throw config_error(detail::cat("config: the data-parallel size must be >= 1, got ", dp_world));
+    if (dp_world < 1) throw config_error(strata::cat("config: the data-parallel size must be >= 1, got ", dp_world));
     const long w = dp_world;
     const auto& tb = train_batch_size;
     const auto& mb = train_micro_batch_size_per_gpu;
@@ -115,11 +115,11 @@ struct run_config {
       throw config_error("config: train_batch_size or train_micro_batch_size_per_gpu must be given");
     }
     auto shown = [&](std::string_view key, long v) {
-      return derived == key ? detail::cat(key, " (derived: ", v, ")") : detail::cat(key, " (", v, ")");
+      return derived == key ? strata::cat(key, " (derived: ", v, ")") : strata::cat(key, " (", v, ")");
     };
     const long want = product(r.micro_batch_size, r.gradient_accumulation_steps, w);
     if (r.train_batch_size != want)
-      throw config_error(detail::cat("config: train_batch_size (", r.train_batch_size, ") must equal ",
+      throw config_error(strata::cat("config: train_batch_size (", r.train_batch_size, ") must equal ",
                                      shown("train_micro_batch_size_per_gpu", r.micro_batch_size), " * ",
                                      shown("gradient_accumulation_steps", r.gradient_accumulation_steps),
                                      " * data-parallel size (", dp_world, ") = ", want));
@@ -131,7 +131,7 @@ struct run_config {
   static long product(long a, long b, long c) {
     long ab = 0, abc = 0;
     if (__builtin_mul_overflow(a, b, &ab) || __builtin_mul_overflow(ab, c, &abc))
-      throw config_error(detail::cat("config: the global batch ", a, " * ", b, " * ", c, " overflows"));
+      throw config_error(strata::cat("config: the global batch ", a, " * ", b, " * ", c, " overflows"));
     return abc;
   }
 };
@@ -309,10 +309,10 @@ inline run_config parse_config(std::string_view text, const std::string& source 
   } catch (const nlohmann::json::exception& e) {
     std::string what = e.what();
     if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
-    throw config_error(detail::cat(source, ": not valid JSON: ", what));
+    throw config_error(strata::cat(source, ": not valid JSON: ", what));
   }
   if (!root.is_object())
-    throw config_error(detail::cat(source, ": the top level must be a JSON object, got ", detail::json_reader::show(root)));
+    throw config_error(strata::cat(source, ": the top level must be a JSON object, got ", detail::json_reader::show(root)));
   run_config c;
   {
     detail::json_reader r(root, source, "", &c.unknown_keys);
@@ -330,17 +330,17 @@ inline run_config parse_config(std::string_view text, const std::string& source 
 // Reads and parses a config file; messages begin with its path.
 inline run_config load_config(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw config_error(detail::cat(path.string(), ": cannot open the config file"));
+  if (!in) throw config_error(strata::cat(path.string(), ": cannot open the config file"));
   std::ostringstream ss;
   ss << in.rdbuf();
-  if (in.bad()) throw config_error(detail::cat(path.string(), ": cannot read the config file"));
+  if (in.bad()) throw config_error(strata::cat(path.string(), ": cannot read the config file"));
   return parse_config(ss.str(), path.string());
 }
 
 // One line listing the keys strata ignored, or "" when there are none.
 inline std::string unknown_keys_warning(const run_config& c) {
   if (c.unknown_keys.empty()) return {};
-  std::string s = detail::cat("config: ignoring ", c.unknown_keys.size(), c.unknown_keys.size() == 1 ? " key" : " keys",
+  std::string s = strata::cat("config: ignoring ", c.unknown_keys.size(), c.unknown_keys.size() == 1 ? " key" : " keys",
                               " strata does not use: ");
   for (std::size_t i = 0; i < c.unknown_keys.size(); ++i) s += (i ? ", " : "") + c.unknown_keys[i];
   return s;

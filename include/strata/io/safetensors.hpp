@@ -109,7 +109,7 @@ class safetensors_file {
 
   const tensor_info& info(std::string_view name) const {
     auto it = by_name_.find(name);
-    if (it == by_name_.end()) detail::st_fail(name_, detail::cat("no tensor \"", name, "\""));
+    if (it == by_name_.end()) detail::st_fail(name_, strata::cat("no tensor \"", name, "\""));
     return header_.tensors[it->second];
   }
 
@@ -117,7 +117,7 @@ class safetensors_file {
   void read_bytes(std::string_view name, std::span<std::byte> out, std::uint64_t offset = 0) const {
     const tensor_info& t = info(name);
     if (offset > t.bytes() || out.size() > t.bytes() - offset)
-      detail::st_fail(name_, detail::cat("tensor \"", name, "\": reading bytes [", offset, ", ", offset + out.size(),
+      detail::st_fail(name_, strata::cat("tensor \"", name, "\": reading bytes [", offset, ", ", offset + out.size(),
                                          ") of a ", t.bytes(), "-byte tensor"));
     raw(data_offset() + t.begin + offset, out);
   }
@@ -130,7 +130,7 @@ class safetensors_file {
     const tensor_info& t = info(name);
     const std::uint64_t n = t.numel();
     if (first > n || out.size() > n - first)
-      detail::st_fail(name_, detail::cat("tensor \"", name, "\": reading elements [", first, ", ", first + out.size(),
+      detail::st_fail(name_, strata::cat("tensor \"", name, "\": reading elements [", first, ", ", first + out.size(),
                                          ") of ", n));
     if (t.dtype == dtype_v<T>) {
       raw(data_offset() + t.begin + first * sizeof(T), std::as_writable_bytes(out));
@@ -142,7 +142,7 @@ class safetensors_file {
         return;
       }
     }
-    detail::st_fail(name_, detail::cat("tensor \"", name, "\": dtype ", name_of(t.dtype), " cannot be read as ",
+    detail::st_fail(name_, strata::cat("tensor \"", name, "\": dtype ", name_of(t.dtype), " cannot be read as ",
                                        name_of(dtype_v<T>), " (floating types convert among themselves; integer types "
                                                             "must match)"));
   }
@@ -152,7 +152,7 @@ class safetensors_file {
   void read_all(std::string_view name, std::span<T> out) const {
     const tensor_info& t = info(name);
     if (out.size() != t.numel())
-      detail::st_fail(name_, detail::cat("tensor \"", name, "\": has ", t.numel(), " elements, the destination ",
+      detail::st_fail(name_, strata::cat("tensor \"", name, "\": has ", t.numel(), " elements, the destination ",
                                          out.size()));
     read(name, out);
   }
@@ -175,7 +175,7 @@ class safetensors_file {
     if (!in_memory_) return file_.read_at(offset, out);
     // Validation guarantees tensors lie inside the buffer; this guards direct callers.
     if (offset > mem_.size() || out.size() > mem_.size() - offset)
-      detail::st_fail(name_, detail::cat("read of bytes [", offset, ", ", offset + out.size(), ") beyond the end"));
+      detail::st_fail(name_, strata::cat("read of bytes [", offset, ", ", offset + out.size(), ") beyond the end"));
     if (!out.empty()) std::memcpy(out.data(), mem_.data() + offset, out.size());
   }
 
@@ -263,19 +263,19 @@ class safetensors_writer {
   };
 
   tensor_info check(std::string name, dtype t, std::vector<std::int64_t> shape, std::size_t bytes) {
-    const std::string where = detail::cat("safetensors writer: tensor \"", name, "\": ");
+    const std::string where = strata::cat("safetensors writer: tensor \"", name, "\": ");
     if (name == "__metadata__") throw checkpoint_error(where + "the name is reserved for the metadata");
     if (!names_.insert(name).second) throw checkpoint_error(where + "added twice");
     std::uint64_t n = 1;
     for (auto d : shape) {
-      if (d < 0) throw checkpoint_error(detail::cat(where, "negative extent ", d));
+      if (d < 0) throw checkpoint_error(strata::cat(where, "negative extent ", d));
       if (d != 0 && n > UINT64_MAX / static_cast<std::uint64_t>(d))
         throw checkpoint_error(where + "element count overflows");
       n *= static_cast<std::uint64_t>(d);
     }
     if (n != 0 && n > UINT64_MAX / size_of(t)) throw checkpoint_error(where + "byte count overflows");
     if (n * size_of(t) != bytes)
-      throw checkpoint_error(detail::cat(where, n, " elements of ", name_of(t), " are ", n * size_of(t), " bytes, given ",
+      throw checkpoint_error(strata::cat(where, n, " elements of ", name_of(t), " are ", n * size_of(t), " bytes, given ",
                                          bytes));
     tensor_info info;
     info.name = std::move(name);
@@ -323,13 +323,13 @@ inline void export_weights(const std::filesystem::path& path, std::span<const st
                            std::map<std::string, std::string> metadata = {}) {
   const std::string file = path.string();
   if (as != dtype::f32 && as != dtype::bf16)
-    throw checkpoint_error(detail::cat(file, ": export_weights writes F32 or BF16, not ", name_of(as)));
+    throw checkpoint_error(strata::cat(file, ": export_weights writes F32 or BF16, not ", name_of(as)));
   if (names.size() != shapes.size())
-    throw checkpoint_error(detail::cat(file, ": export_weights got ", names.size(), " names but ", shapes.size(), " shapes"));
+    throw checkpoint_error(strata::cat(file, ": export_weights got ", names.size(), " names but ", shapes.size(), " shapes"));
   std::size_t total = 0;
   for (auto& s : shapes) total += s.numel();
   if (total != values.size())
-    throw checkpoint_error(detail::cat(file, ": export_weights: the shapes hold ", total, " values, given ", values.size()));
+    throw checkpoint_error(strata::cat(file, ": export_weights: the shapes hold ", total, " values, given ", values.size()));
   safetensors_writer w;
   w.metadata = std::move(metadata);
   w.metadata.emplace("format", "pt");
@@ -363,7 +363,7 @@ inline std::vector<float> import_weights(const std::filesystem::path& path, std:
                                          const std::function<std::string(std::string_view)>& name_map = {}) {
   const safetensors_file f = safetensors_file::open(path);
   if (names.size() != shapes.size())
-    throw checkpoint_error(detail::cat(f.path(), ": import_weights got ", names.size(), " names but ", shapes.size(),
+    throw checkpoint_error(strata::cat(f.path(), ": import_weights got ", names.size(), " names but ", shapes.size(),
                                        " shapes"));
   std::size_t total = 0;
   for (auto& s : shapes) total += s.numel();
@@ -372,19 +372,19 @@ inline std::vector<float> import_weights(const std::filesystem::path& path, std:
   for (std::size_t i = 0; i < names.size(); ++i) {
     const std::string key = name_map ? name_map(names[i]) : names[i];
     const std::string what =
-        key == names[i] ? detail::cat("tensor \"", key, "\"") : detail::cat("tensor \"", key, "\" (param \"", names[i], "\")");
-    if (!f.contains(key)) throw checkpoint_error(detail::cat(f.path(), ": ", what, " is missing"));
+        key == names[i] ? strata::cat("tensor \"", key, "\"") : strata::cat("tensor \"", key, "\" (param \"", names[i], "\")");
+    if (!f.contains(key)) throw checkpoint_error(strata::cat(f.path(), ": ", what, " is missing"));
     const tensor_info& t = f.info(key);
     bool same = t.shape.size() == shapes[i].rank;
     for (std::size_t d = 0; same && d < t.shape.size(); ++d) same = t.shape[d] == shapes[i][d];
     if (!same) {
       std::string fs = "[";
       for (std::size_t d = 0; d < t.shape.size(); ++d) fs += (d ? ", " : "") + std::to_string(t.shape[d]);
-      throw checkpoint_error(detail::cat(f.path(), ": ", what, " has shape ", fs, "] but the param expects ",
+      throw checkpoint_error(strata::cat(f.path(), ": ", what, " has shape ", fs, "] but the param expects ",
                                          shapes[i].str()));
     }
     if (!detail::st_is_float_dtype(t.dtype))
-      throw checkpoint_error(detail::cat(f.path(), ": ", what, " is ", name_of(t.dtype), ", not a floating type"));
+      throw checkpoint_error(strata::cat(f.path(), ": ", what, " is ", name_of(t.dtype), ", not a floating type"));
     const std::size_t n = shapes[i].numel();
     f.read(key, std::span<float>(out.data() + at, n));
     at += n;

@@ -106,7 +106,7 @@ int resident_blocks(Kernel kernel) {
 inline void check_launch(const char* what) {
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
-    throw cuda_error(strata::detail::cat(what, ": kernel launch failed: ", strata::detail::cuda_error_text(e)));
+    throw cuda_error(strata::cat(what, ": kernel launch failed: ", strata::detail::cuda_error_text(e)));
 }
 
 }  // namespace detail

@@ -111,10 +111,10 @@ class cuda_reducer {
   }
   std::size_t check(std::size_t n, std::size_t needed, const char* what) const {
     expects(n <= max_n_, [&] {
-      return strata::detail::cat("cuda_reducer::", what, ": ", n, " elements, but the reducer was sized for ", max_n_);
+      return strata::cat("cuda_reducer::", what, ": ", n, " elements, but the reducer was sized for ", max_n_);
     });
     expects<cuda_error>(needed <= temp_.size(), [&] {
-      return strata::detail::cat("cuda_reducer::", what, ": CUB asks for ", needed, " bytes of workspace for ", n,
+      return strata::cat("cuda_reducer::", what, ": CUB asks for ", needed, " bytes of workspace for ", n,
                                  " elements, more than the ", temp_.size(), " sized for ", max_n_);
     });
     return temp_.size();
@@ -135,7 +135,7 @@ template <class P>
   requires detail::reduced_float<P>
 void cast_cuda(std::span<const float> in, std::span<P> out, cudaStream_t stream) {
   expects(in.size() == out.size(),
-          [&] { return strata::detail::cat("cast_cuda: ", in.size(), " floats into ", out.size(), " elements"); });
+          [&] { return strata::cat("cast_cuda: ", in.size(), " floats into ", out.size(), " elements"); });
   run_cuda(in.size(), detail::cast_op<float, P>{in.data(), out.data()}, stream);
 }
 
@@ -144,7 +144,7 @@ template <class P>
   requires detail::reduced_float<P>
 void cast_cuda(std::span<const P> in, std::span<float> out, cudaStream_t stream) {
   expects(in.size() == out.size(),
-          [&] { return strata::detail::cat("cast_cuda: ", in.size(), " elements into ", out.size(), " floats"); });
+          [&] { return strata::cat("cast_cuda: ", in.size(), " elements into ", out.size(), " floats"); });
   run_cuda(in.size(), detail::cast_op<P, float>{in.data(), out.data()}, stream);
 }
 

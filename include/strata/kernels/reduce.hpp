@@ -130,7 +130,7 @@ template <class P>
   requires detail::reduced_float<P>
 void cast(std::span<const float> in, std::span<P> out) {
   expects(in.size() == out.size(),
-          strata::detail::cat("kernels::cast: ", in.size(), " floats into ", out.size(), " elements"));
+          strata::cat("kernels::cast: ", in.size(), " floats into ", out.size(), " elements"));
   run_host(in.size(), detail::cast_op<float, P>{in.data(), out.data()});
 }
 
@@ -139,7 +139,7 @@ template <class P>
   requires detail::reduced_float<P>
 void cast(std::span<const P> in, std::span<float> out) {
   expects(in.size() == out.size(),
-          strata::detail::cat("kernels::cast: ", in.size(), " elements into ", out.size(), " floats"));
+          strata::cat("kernels::cast: ", in.size(), " elements into ", out.size(), " floats"));
   run_host(in.size(), detail::cast_op<P, float>{in.data(), out.data()});
 }
 template <class P>

@@ -75,14 +75,14 @@ class flat_layout {
   // Equal shards for n ranks: total() padded up to a multiple of n * alignment(), so
   // every shard is the same size and itself aligned. Shard r is [r*s, (r+1)*s).
   std::size_t padded_total(int n) const {
-    expects<config_error>(n >= 1, detail::cat("flat_layout: shards for ", n, " ranks; need at least 1 rank"));
+    expects<config_error>(n >= 1, strata::cat("flat_layout: shards for ", n, " ranks; need at least 1 rank"));
     const std::size_t quantum = static_cast<std::size_t>(n) * alignment_;
     return (total_ + quantum - 1) / quantum * quantum;
   }
   std::size_t shard_size(int n) const { return padded_total(n) / static_cast<std::size_t>(n); }
   range shard(int n, int r) const {
     const std::size_t s = shard_size(n);
-    expects<config_error>(r >= 0 && r < n, detail::cat("flat_layout: shard of rank ", r, " among ", n,
+    expects<config_error>(r >= 0 && r < n, strata::cat("flat_layout: shard of rank ", r, " among ", n,
                                                        " ranks; the rank must be in [0, ", n, ")"));
     return {static_cast<std::size_t>(r) * s, static_cast<std::size_t>(r + 1) * s};
   }
@@ -105,8 +105,8 @@ class flat_layout {
 
  private:
   std::string missing_message(std::string_view name) const {
-    std::string m = detail::cat("flat_layout: no param named '", name, "' among the ", params_.size(), " params");
-    if (!params_.empty()) m += detail::cat(" (first '", params_.front().name, "', last '", params_.back().name, "')");
+    std::string m = strata::cat("flat_layout: no param named '", name, "' among the ", params_.size(), " params");
+    if (!params_.empty()) m += strata::cat(" (first '", params_.front().name, "', last '", params_.back().name, "')");
     return m;
   }
   static std::size_t round_up(std::size_t x, std::size_t q) noexcept { return (x + q - 1) / q * q; }
@@ -123,7 +123,7 @@ flat_layout flat_layout::of(M& model, std::size_t alignment_elems) {
   flat_layout l;
   if constexpr (check_model<std::remove_cv_t<M>>()) {
     expects<config_error>(alignment_elems > 0 && alignment_elems % param_alignment == 0,
-                          detail::cat("flat_layout: alignment of ", alignment_elems,
+                          strata::cat("flat_layout: alignment of ", alignment_elems,
                                       " elements; it must be a positive multiple of ", param_alignment));
     l.alignment_ = alignment_elems;
     std::size_t offset = 0;
@@ -147,7 +147,7 @@ flat_layout flat_layout::of(M& model, std::size_t alignment_elems) {
     l.total_ = offset;
     for (std::size_t i = 0; i < l.params_.size(); ++i) {
       const bool inserted = l.index_.emplace(l.params_[i].name, i).second;
-      expects<config_error>(inserted, detail::cat("flat_layout: two params are named '", l.params_[i].name,
+      expects<config_error>(inserted, strata::cat("flat_layout: two params are named '", l.params_[i].name,
                                                   "'; check the field_names the model's types declare"));
     }
   }
@@ -167,11 +167,11 @@ void flat_layout::bind(M& model, T* data, T* grad) const {
                     "(param<T> binds to T* data and grad)");
     } else {
       expects<config_error>(i < params_.size(),
-                            detail::cat("flat_layout::bind: the model has more params than the layout's ",
+                            strata::cat("flat_layout::bind: the model has more params than the layout's ",
                                         params_.size(), "; '", name, "' has no slot"));
       const param_slot& slot = params_[i];
       expects<config_error>(slot.name == name && slot.numel == p.numel(),
-                            detail::cat("flat_layout::bind: param ", i, " of the model is '", name, "' ", p.shape,
+                            strata::cat("flat_layout::bind: param ", i, " of the model is '", name, "' ", p.shape,
                                         " but the layout has '", slot.name, "' ", slot.shape,
                                         "; bind a model of the architecture the layout was made of"));
       p.data_ptr = data + slot.offset;
@@ -179,7 +179,7 @@ void flat_layout::bind(M& model, T* data, T* grad) const {
       ++i;
     }
   });
-  expects<config_error>(i == params_.size(), detail::cat("flat_layout::bind: the model has ", i,
+  expects<config_error>(i == params_.size(), strata::cat("flat_layout::bind: the model has ", i,
                                                          " params but the layout has ", params_.size()));
 }
 

@@ -44,6 +44,10 @@ struct param {
 
   // Set by reflection (model/reflect.hpp): the dotted field path, e.g. "blocks.3.fc1.weight".
   std::string name;
+  // Tied weights (an LM head that is the input embedding): the dotted name of the param
+  // this one is the same tensor as, or empty. A trainer starts both from that param's
+  // values and sums their gradients, so the two stay one tensor (models/qwen2.hpp).
+  std::string tied_to;
   // Bound by the owner of the flat layout; null until then.
   T* data_ptr = nullptr;
   T* grad_ptr = nullptr;

@@ -85,14 +85,14 @@ struct causal_self_attention {
                               qkv.local_out_features() == 3 * d / qkv.tp_size &&
                               proj.local_in_features() == d / qkv.tp_size && proj.out_features() == d,
                           [&] {
-                            return strata::detail::cat(detail::label(kind, qkv.weight.name), ": ", heads,
+                            return strata::cat(detail::label(kind, qkv.weight.name), ": ", heads,
                                                        " heads with qkv weight ", qkv.weight.shape,
                                                        " and proj weight ", proj.weight.shape, " over ", qkv.tp_size,
                                                        " tensor-parallel ranks do not fit together (build it with "
                                                        "make_causal_self_attention)");
                           });
     expects<config_error>(x.shape().rank == 3 && x.dim(2) == d, [&] {
-      return strata::detail::cat(detail::label(kind, qkv.weight.name), ": input has shape ", x.shape(),
+      return strata::cat(detail::label(kind, qkv.weight.name), ": input has shape ", x.shape(),
                                  "; expected [batch, sequence, ", d, "]");
     });
   }
@@ -103,9 +103,9 @@ struct causal_self_attention {
 inline causal_self_attention make_causal_self_attention(int dim, int heads, int tp_rank = 0, int tp_size = 1,
                                                         bool bias = true) {
   strata::expects<config_error>(dim > 0 && heads > 0,
-                                strata::detail::cat("attention: dim ", dim, " and heads ", heads, " must be positive"));
+                                strata::cat("attention: dim ", dim, " and heads ", heads, " must be positive"));
   strata::expects<config_error>(dim % heads == 0,
-                                strata::detail::cat("attention: dim ", dim, " does not split into ", heads, " heads"));
+                                strata::cat("attention: dim ", dim, " does not split into ", heads, " heads"));
   (void)make_tp_slice("attention", heads, "heads", tp_rank, tp_size);
   return causal_self_attention{make_column_parallel_linear(dim, 3 * dim, tp_rank, tp_size, bias, false),
                                make_row_parallel_linear(dim, dim, tp_rank, tp_size, bias), heads};

@@ -46,7 +46,7 @@ struct embedding {
   static constexpr const char* kind = "embedding";
   void check_params() const {
     expects<config_error>(weight.shape.rank == 2, [&] {
-      return strata::detail::cat(detail::label(kind, weight.name), ": weight has shape ", weight.shape,
+      return strata::cat(detail::label(kind, weight.name), ": weight has shape ", weight.shape,
                                  "; expected [vocab, dim]");
     });
     detail::require_bound(weight, kind, weight.name, "weight");
@@ -55,10 +55,10 @@ struct embedding {
 
 // torch.nn.Embedding initialises with N(0, 1); GPT-style models usually set 0.02.
 inline embedding make_embedding(int vocab, int dim, float init_stddev = 1.0f) {
-  strata::expects<config_error>(vocab > 0 && dim > 0, strata::detail::cat("make_embedding(", vocab, ", ", dim,
+  strata::expects<config_error>(vocab > 0 && dim > 0, strata::cat("make_embedding(", vocab, ", ", dim,
                                                                           "): vocab and dim must be positive"));
   strata::expects<config_error>(vocab <= (1 << 24),
-                                strata::detail::cat("make_embedding: vocab ", vocab,
+                                strata::cat("make_embedding: vocab ", vocab,
                                                     " exceeds 2^24, above which float ids are not exact"));
   return embedding{param<float>(shape{vocab, dim}, init_spec::normal(init_stddev))};
 }

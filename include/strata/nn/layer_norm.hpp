@@ -129,7 +129,7 @@ struct layer_norm {
  private:
   void check_params() const {
     expects<config_error>(weight.shape.rank == 1 && bias.shape == weight.shape && eps > 0.0f, [&] {
-      return strata::detail::cat(detail::label("layer_norm", weight.name), ": weight ", weight.shape, ", bias ",
+      return strata::cat(detail::label("layer_norm", weight.name), ": weight ", weight.shape, ", bias ",
                                  bias.shape, ", eps ", eps, "; expected weight and bias [dim] and eps > 0");
     });
     detail::require_bound(weight, "layer_norm", weight.name, "weight");
@@ -138,8 +138,8 @@ struct layer_norm {
 };
 
 inline layer_norm make_layer_norm(int dim, float eps = 1e-5f) {
-  strata::expects<config_error>(dim > 0, strata::detail::cat("make_layer_norm(", dim, "): dim must be positive"));
-  strata::expects<config_error>(eps > 0.0f, strata::detail::cat("make_layer_norm: eps ", eps, " must be positive"));
+  strata::expects<config_error>(dim > 0, strata::cat("make_layer_norm(", dim, "): dim must be positive"));
+  strata::expects<config_error>(eps > 0.0f, strata::cat("make_layer_norm: eps ", eps, " must be positive"));
   return layer_norm{param<float>(shape{dim}, init_spec::ones()), param<float>(shape{dim}, init_spec::zeros()), eps};
 }
 

@@ -63,7 +63,7 @@ struct linear {
   void check_params() const {
     expects<config_error>(
         weight.shape.rank == 2 && (!has_bias() || bias.numel() == static_cast<std::size_t>(weight.shape[0])), [&] {
-          return strata::detail::cat(detail::label("linear", weight.name), ": weight has shape ", weight.shape,
+          return strata::cat(detail::label("linear", weight.name), ": weight has shape ", weight.shape,
                                      " and bias ", bias.shape, "; expected [out, in] and [out] (or [0] without bias)");
         });
     detail::require_bound(weight, "linear", weight.name, "weight");
@@ -76,7 +76,7 @@ struct linear {
 // flat layout).
 inline linear make_linear(int in_features, int out_features, bool bias = true) {
   strata::expects<config_error>(in_features > 0 && out_features > 0,
-                                strata::detail::cat("make_linear(", in_features, ", ", out_features,
+                                strata::cat("make_linear(", in_features, ", ", out_features,
                                                     "): feature counts must be positive"));
   linear l;
   l.weight = param<float>(shape{out_features, in_features},

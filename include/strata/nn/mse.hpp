@@ -70,7 +70,7 @@ struct mse {
                           const tensor<float, Space>& targets, tensor<float, Space>& y, cache<Space>& c) {
     detail::require_distinct(&x, &y, "mse", std::string());
     expects<config_error>(targets.shape() == x.shape(), [&] {
-      return strata::detail::cat("mse: targets have shape ", targets.shape(), ", the input has ", x.shape(),
+      return strata::cat("mse: targets have shape ", targets.shape(), ", the input has ", x.shape(),
                                  "; they must match");
     });
     const auto n = static_cast<std::int64_t>(x.numel());

@@ -55,7 +55,7 @@ struct position_embedding {
   template <class Space>
   std::int64_t check_input(const tensor<float, Space>& x) const {
     expects<config_error>(weight.shape.rank == 2, [&] {
-      return strata::detail::cat(detail::label(kind, weight.name), ": weight has shape ", weight.shape,
+      return strata::cat(detail::label(kind, weight.name), ": weight has shape ", weight.shape,
                                  "; expected [max_seq, dim]");
     });
     detail::require_bound(weight, kind, weight.name, "weight");
@@ -63,7 +63,7 @@ struct position_embedding {
     expects<config_error>(
         s.rank >= 2 && s.rank <= 3 && s[s.rank - 1] == dim() && s[s.rank - 2] <= max_seq() && s[s.rank - 2] >= 1,
         [&] {
-          return strata::detail::cat(detail::label(kind, weight.name), ": input has shape ", s, "; expected [B, S, ",
+          return strata::cat(detail::label(kind, weight.name), ": input has shape ", s, "; expected [B, S, ",
                                      dim(), "] or [S, ", dim(), "] with 1 <= S <= ", max_seq());
         });
     return s[s.rank - 2];
@@ -72,7 +72,7 @@ struct position_embedding {
 
 // GPT-2 initialises its position table with N(0, 0.01).
 inline position_embedding make_position_embedding(int max_seq, int dim, float init_stddev = 0.01f) {
-  strata::expects<config_error>(max_seq > 0 && dim > 0, strata::detail::cat("make_position_embedding(", max_seq, ", ",
+  strata::expects<config_error>(max_seq > 0 && dim > 0, strata::cat("make_position_embedding(", max_seq, ", ",
                                                                             dim, "): sizes must be positive"));
   return position_embedding{param<float>(shape{max_seq, dim}, init_spec::normal(init_stddev))};
 }

@@ -11,7 +11,7 @@ namespace strata::nn {
 template <class Ctx>
 void add_into(Ctx& ctx, tensor_for<Ctx>& a, const tensor_for<Ctx>& b) {
   expects<config_error>(a.shape() == b.shape(), [&] {
-    return strata::detail::cat("add_into: a has shape ", a.shape(), " and b ", b.shape(), "; they must match");
+    return strata::cat("add_into: a has shape ", a.shape(), " and b ", b.shape(), "; they must match");
   });
   ops_of<Ctx>::add_into(exec_of(ctx), static_cast<std::int64_t>(a.numel()), a.data(), b.data());
 }

@@ -111,7 +111,7 @@ struct rms_norm {
   static constexpr const char* kind = "rms_norm";
   void check_params() const {
     expects<config_error>(weight.shape.rank == 1 && eps > 0.0f, [&] {
-      return strata::detail::cat(detail::label(kind, weight.name), ": weight ", weight.shape, ", eps ", eps,
+      return strata::cat(detail::label(kind, weight.name), ": weight ", weight.shape, ", eps ", eps,
                                  "; expected weight [dim] and eps > 0");
     });
     detail::require_bound(weight, kind, weight.name, "weight");
@@ -119,8 +119,8 @@ struct rms_norm {
 };
 
 inline rms_norm make_rms_norm(int dim, float eps = 1e-6f) {
-  expects<config_error>(dim > 0, [&] { return strata::detail::cat("make_rms_norm(", dim, "): dim must be positive"); });
-  expects<config_error>(eps > 0.0f, [&] { return strata::detail::cat("make_rms_norm: eps ", eps, " must be positive"); });
+  expects<config_error>(dim > 0, [&] { return strata::cat("make_rms_norm(", dim, "): dim must be positive"); });
+  expects<config_error>(eps > 0.0f, [&] { return strata::cat("make_rms_norm: eps ", eps, " must be positive"); });
   return rms_norm{param<float>(shape{dim}, init_spec::ones()), eps};
 }
 

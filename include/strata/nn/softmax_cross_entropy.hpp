@@ -52,18 +52,18 @@ struct softmax_cross_entropy {
     detail::require_distinct(&logits, &y, kind, std::string());
     const auto& s = logits.shape();
     expects<config_error>(s.rank != 0 && s[s.rank - 1] != 0, [&] {
-      return strata::detail::cat(kind, ": logits have shape ", s, "; expected [..., classes] with classes > 0");
+      return strata::cat(kind, ": logits have shape ", s, "; expected [..., classes] with classes > 0");
     });
     const std::int64_t classes = s[s.rank - 1], rows = detail::rows_of(s);
     expects<config_error>(static_cast<std::int64_t>(targets.numel()) == rows && targets.shape().rank + 1 == s.rank,
                           [&] {
                             shape leading = s;
                             --leading.rank;
-                            return strata::detail::cat(kind, ": targets have shape ", targets.shape(), " for logits ",
+                            return strata::cat(kind, ": targets have shape ", targets.shape(), " for logits ",
                                                        s, "; expected one class id per row, shape ", leading);
                           });
     detail::require_ids(ops::check_ids(exec, rows, classes, targets.data(), c.bad_row), [&](float t, std::int64_t r) {
-      return strata::detail::cat(kind, ": target ", t, " at row ", r, " is not a class id in [0, ", classes, ")");
+      return strata::cat(kind, ": target ", t, " at row ", r, " is not a class id in [0, ", classes, ")");
     });
     c.row_max.resize(detail::vector_shape(rows));
     c.log_sum.resize(detail::vector_shape(rows));

@@ -60,7 +60,7 @@ struct swiglu_mlp {
     gate_proj.forward(ctx, x, c.gate, c.gate_proj);
     up_proj.forward(ctx, x, c.up, c.up_proj);
     expects<config_error>(c.gate.shape() == c.up.shape(), [&] {
-      return strata::detail::cat(detail::label(kind, gate_proj.weight.name), ": gate_proj gives ", c.gate.shape(),
+      return strata::cat(detail::label(kind, gate_proj.weight.name), ": gate_proj gives ", c.gate.shape(),
                                  " but up_proj ", c.up.shape(), "; they must match");
     });
     c.h.resize(c.gate.shape());

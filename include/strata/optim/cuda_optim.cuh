@@ -90,7 +90,7 @@ void step_runs_cuda(const O& opt, const shard_args<P, G>& a, const cuda_run_tabl
   opt.validate();
   detail::check_step(O::name, a, detail::slots_used(opt), lr, grad_scale, step);
   expects<config_error>(table.shard_size() == a.n, [&] {
-    return detail::cat(O::name, ": the run table was built for a shard of ", table.shard_size(),
+    return strata::cat(O::name, ": the run table was built for a shard of ", table.shard_size(),
                        " elements, the shard has ", a.n);
   });
   if (a.n == 0) return;

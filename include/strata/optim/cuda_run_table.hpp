@@ -38,7 +38,7 @@ class cuda_run_table {
     std::size_t end = 0;
     for (const decay_run& r : runs) {
       expects<config_error>(r.offset >= end && r.offset <= shard_n && r.count <= shard_n - r.offset, [&] {
-        return detail::cat("cuda_run_table: decay run [", r.offset, ", ", r.offset + r.count,
+        return strata::cat("cuda_run_table: decay run [", r.offset, ", ", r.offset + r.count,
                                    ") is out of order or outside the shard of ", shard_n, " elements");
       });
       end = r.offset + r.count;

@@ -35,15 +35,15 @@ class loss_scaler {
 
   explicit loss_scaler(const loss_scaler_options& o = {}) : opt_(o) {
     expects<config_error>(std::isfinite(o.loss_scale) && o.loss_scale >= 0.0f,
-                          detail::cat("fp16: loss_scale must be 0 (dynamic) or > 0, got ", o.loss_scale));
+                          strata::cat("fp16: loss_scale must be 0 (dynamic) or > 0, got ", o.loss_scale));
     expects<config_error>(o.initial_scale_power >= 0 && o.initial_scale_power < 127,
-                          detail::cat("fp16: initial_scale_power must be in [0, 127), got ", o.initial_scale_power));
+                          strata::cat("fp16: initial_scale_power must be in [0, 127), got ", o.initial_scale_power));
     expects<config_error>(o.loss_scale_window >= 1,
-                          detail::cat("fp16: loss_scale_window must be >= 1, got ", o.loss_scale_window));
-    expects<config_error>(o.hysteresis >= 1, detail::cat("fp16: hysteresis must be >= 1, got ", o.hysteresis));
+                          strata::cat("fp16: loss_scale_window must be >= 1, got ", o.loss_scale_window));
+    expects<config_error>(o.hysteresis >= 1, strata::cat("fp16: hysteresis must be >= 1, got ", o.hysteresis));
     expects<config_error>(std::isfinite(o.min_loss_scale) && o.min_loss_scale > 0.0f,
-                          detail::cat("fp16: min_loss_scale must be > 0, got ", o.min_loss_scale));
-    expects<config_error>(o.scale_factor > 1.0f, detail::cat("fp16: scale_factor must be > 1, got ", o.scale_factor));
+                          strata::cat("fp16: min_loss_scale must be > 0, got ", o.min_loss_scale));
+    expects<config_error>(o.scale_factor > 1.0f, strata::cat("fp16: scale_factor must be > 1, got ", o.scale_factor));
     s_.scale = dynamic() ? std::ldexp(1.0f, o.initial_scale_power) : o.loss_scale;
     s_.hysteresis_left = o.hysteresis;
   }
@@ -65,7 +65,7 @@ class loss_scaler {
     if (overflow) {
       if (opt_.hysteresis == 1 || s_.hysteresis_left == 1) {
         expects(!(opt_.raise_error_at_min_scale && s_.scale == opt_.min_loss_scale),
-                detail::cat("fp16: gradients overflowed at the minimum loss scale ", opt_.min_loss_scale,
+                strata::cat("fp16: gradients overflowed at the minimum loss scale ", opt_.min_loss_scale,
                             " (step ", s_.iteration, "); the model diverges in fp16: lower the lr, use bf16, "
                             "or set raise_error_at_min_scale = false"));
         s_.scale = std::max(s_.scale / opt_.scale_factor, opt_.min_loss_scale);
@@ -87,7 +87,7 @@ class loss_scaler {
   state save() const { return s_; }
   void restore(const state& s) {
     expects<checkpoint_error>(std::isfinite(s.scale) && s.scale > 0.0f && s.hysteresis_left >= 1 && s.iteration >= 0,
-                              detail::cat("loss scaler state is corrupt: scale ", s.scale, ", hysteresis ",
+                              strata::cat("loss scaler state is corrupt: scale ", s.scale, ", hysteresis ",
                                           s.hysteresis_left, ", iteration ", s.iteration));
     s_ = s;
   }

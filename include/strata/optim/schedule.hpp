@@ -80,17 +80,17 @@ struct lr_schedule {
   static warmup_curve parse_warmup_type(std::string_view s) {
     if (s == "log") return warmup_curve::log;
     if (s == "linear") return warmup_curve::linear;
-    throw config_error(detail::cat("lr schedule: warmup_type must be \"log\" or \"linear\", got \"", s, "\""));
+    throw config_error(strata::cat("lr schedule: warmup_type must be \"log\" or \"linear\", got \"", s, "\""));
   }
 
   // Throws config_error naming the first field that cannot work.
   void validate() const {
     auto rate = [](const char* field, double v) {
       expects<config_error>(std::isfinite(v) && v >= 0.0,
-                            detail::cat("lr schedule: ", field, " must be finite and >= 0, got ", v));
+                            strata::cat("lr schedule: ", field, " must be finite and >= 0, got ", v));
     };
     auto ratio = [](const char* field, double v) {
-      expects<config_error>(v >= 0.0 && v <= 1.0, detail::cat("lr schedule: ", field, " must be in [0, 1], got ", v));
+      expects<config_error>(v >= 0.0 && v <= 1.0, [&] { return strata::cat("lr schedule: ", field, " must be in [0, 1], got ", v); });
     };
     switch (type) {
       case kind::constant:
@@ -98,20 +98,20 @@ struct lr_schedule {
         return;
       case kind::warmup_decay:
         expects<config_error>(total_num_steps > 0,
-                              detail::cat("lr schedule: total_num_steps must be > 0, got ", total_num_steps));
+                              strata::cat("lr schedule: total_num_steps must be > 0, got ", total_num_steps));
         [[fallthrough]];
       case kind::linear_warmup:
         rate("warmup_min_lr", warmup_min_lr);
         rate("warmup_max_lr", warmup_max_lr);
         expects<config_error>(warmup_num_steps > 0,
-                              detail::cat("lr schedule: warmup_num_steps must be > 0, got ", warmup_num_steps));
+                              strata::cat("lr schedule: warmup_num_steps must be > 0, got ", warmup_num_steps));
         return;
       case kind::warmup_cosine:
         rate("lr", base_lr);
         expects<config_error>(total_num_steps > 0,
-                              detail::cat("lr schedule: total_num_steps must be > 0, got ", total_num_steps));
+                              strata::cat("lr schedule: total_num_steps must be > 0, got ", total_num_steps));
         expects<config_error>(warmup_num_steps > 0,
-                              detail::cat("lr schedule: warmup_num_steps must be > 0, got ", warmup_num_steps));
+                              strata::cat("lr schedule: warmup_num_steps must be > 0, got ", warmup_num_steps));
         ratio("warmup_min_ratio", warmup_min_ratio);
         ratio("cos_min_ratio", cos_min_ratio);
         return;
@@ -120,7 +120,7 @@ struct lr_schedule {
 
   // The rate of optimizer step `step` (0 = the first step).
   float lr(long step) const {
-    expects<config_error>(step >= 0, detail::cat("lr schedule: step counts from 0, got ", step));
+    expects<config_error>(step >= 0, [&] { return strata::cat("lr schedule: step counts from 0, got ", step); });
     const double k = static_cast<double>(step);
     const long n = std::max(2L, warmup_num_steps);
     const double nd = static_cast<double>(n);

@@ -65,7 +65,7 @@ inline void add_decay_run(std::vector<decay_run>& runs, std::size_t offset, std:
   if (!runs.empty()) {
     decay_run& last = runs.back();
     expects<config_error>(offset >= last.offset + last.count,
-                          detail::cat("add_decay_run: run at ", offset, " overlaps or precedes the run [", last.offset,
+                          strata::cat("add_decay_run: run at ", offset, " overlaps or precedes the run [", last.offset,
                                       ", ", last.offset + last.count, ")"));
     if (last.decay == decay && last.offset + last.count == offset) {
       last.count += count;
@@ -92,7 +92,7 @@ void step_runs(const O& opt, const shard_args<P, G>& a, std::span<const decay_ru
   std::size_t end = 0;
   for (const decay_run& r : runs) {
     expects<config_error>(r.offset >= end && r.offset <= a.n && r.count <= a.n - r.offset,
-                          detail::cat(O::name, ": decay run [", r.offset, ", ", r.offset + r.count,
+                          strata::cat(O::name, ": decay run [", r.offset, ", ", r.offset + r.count,
                                       ") is out of order or outside the shard of ", a.n, " elements"));
     end = r.offset + r.count;
   }
@@ -103,19 +103,23 @@ void step_runs(const O& opt, const shard_args<P, G>& a, std::span<const decay_ru
 namespace detail {
 
 // Checks shared by every optimizer's step; messages name the optimizer and the value.
+// They run every step, so each message is built only when its check fails.
 template <class P, class G>
 void check_step(const char* opt, const shard_args<P, G>& a, int slots, float lr, float grad_scale, long step) {
-  expects<config_error>(std::isfinite(lr) && lr >= 0.0f, cat(opt, ": learning rate must be finite and >= 0, got ", lr));
-  expects<config_error>(std::isfinite(grad_scale),
-                        cat(opt, ": grad_scale (clip coefficient / loss scale) must be finite, got ", grad_scale,
-                            "; skip the step when the gradients overflowed"));
-  expects<config_error>(step >= 1, cat(opt, ": step counts optimizer steps from 1, got ", step));
+  expects<config_error>(std::isfinite(lr) && lr >= 0.0f,
+                        [&] { return cat(opt, ": learning rate must be finite and >= 0, got ", lr); });
+  expects<config_error>(std::isfinite(grad_scale), [&] {
+    return cat(opt, ": grad_scale (clip coefficient / loss scale) must be finite, got ", grad_scale,
+               "; skip the step when the gradients overflowed");
+  });
+  expects<config_error>(step >= 1, [&] { return cat(opt, ": step counts optimizer steps from 1, got ", step); });
   if (a.n == 0) return;
-  expects(a.master && a.grad, cat(opt, ": shard of ", a.n, " elements without master weights or grads"));
-  expects(slots < 1 || a.state0, cat(opt, ": state buffer 0 is null"));
-  expects(slots < 2 || a.state1, cat(opt, ": state buffer 1 is null"));
-  expects(std::is_same_v<P, float> || a.param_out,
-          cat(opt, ": a 16-bit param copy needs param_out (mixed precision writes it in the same pass)"));
+  expects(a.master && a.grad, [&] { return cat(opt, ": shard of ", a.n, " elements without master weights or grads"); });
+  expects(slots < 1 || a.state0, [&] { return cat(opt, ": state buffer 0 is null"); });
+  expects(slots < 2 || a.state1, [&] { return cat(opt, ": state buffer 1 is null"); });
+  expects(std::is_same_v<P, float> || a.param_out, [&] {
+    return cat(opt, ": a 16-bit param copy needs param_out (mixed precision writes it in the same pass)");
+  });
 }
 
 // Calls fn with the write mode as a compile-time constant.
@@ -149,10 +153,11 @@ inline double as_decimal(float x) {
 }
 
 inline void check_beta(const char* opt, const char* field, float b) {
-  expects<config_error>(b >= 0.0f && b < 1.0f, cat(opt, ": ", field, " must be in [0, 1), got ", b));
+  expects<config_error>(b >= 0.0f && b < 1.0f, [&] { return cat(opt, ": ", field, " must be in [0, 1), got ", b); });
 }
 inline void check_nonnegative(const char* opt, const char* field, float x) {
-  expects<config_error>(std::isfinite(x) && x >= 0.0f, cat(opt, ": ", field, " must be finite and >= 0, got ", x));
+  expects<config_error>(std::isfinite(x) && x >= 0.0f,
+                        [&] { return cat(opt, ": ", field, " must be finite and >= 0, got ", x); });
 }
 
 }  // namespace detail

@@ -38,13 +38,13 @@ class bucket_plan {
   bucket_plan(const flat_layout& layout, int ranks, std::size_t bucket_elems, std::size_t layer_begin = 0,
               std::size_t layer_end = static_cast<std::size_t>(-1))
       : ranks_(ranks) {
-    expects<config_error>(ranks > 0, [&] { return detail::cat("bucket plan for ", ranks, " ranks: need at least 1"); });
+    expects<config_error>(ranks > 0, [&] { return strata::cat("bucket plan for ", ranks, " ranks: need at least 1"); });
     expects<config_error>(bucket_elems > 0, "bucket size must be at least 1 element");
     const auto& segs = layout.segments();
     layers_ = segs.size();
     layer_end = std::min(layer_end, segs.size());
     expects<config_error>(layer_begin < layer_end || segs.empty(), [&] {
-      return detail::cat("bucket plan for layers [", layer_begin, ", ", layer_end, ") of ", segs.size(), ": empty");
+      return strata::cat("bucket plan for layers [", layer_begin, ", ", layer_end, ") of ", segs.size(), ": empty");
     });
     // Walk layers from the last: backward produces their gradients first.
     std::vector<bucket> reversed;

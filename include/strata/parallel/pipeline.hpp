@@ -55,9 +55,9 @@ std::vector<pipeline_action> schedule_for(int stage, int stages, int micro_batch
 // first layer of each stage plus the end: stages + 1 numbers.
 inline std::vector<std::size_t> balance_stages(const std::vector<std::size_t>& layer_params, int stages) {
   const std::size_t L = layer_params.size();
-  expects<config_error>(stages >= 1, [&] { return detail::cat("pipeline of ", stages, " stages: need at least 1"); });
+  expects<config_error>(stages >= 1, [&] { return strata::cat("pipeline of ", stages, " stages: need at least 1"); });
   expects<config_error>(static_cast<std::size_t>(stages) <= L, [&] {
-    return detail::cat("pipeline of ", stages, " stages for a model of ", L, " layers: every stage needs a layer");
+    return strata::cat("pipeline of ", stages, " stages for a model of ", L, " layers: every stage needs a layer");
   });
   // Binary search on the largest stage; a greedy pass checks whether a bound fits. A
   // layer without params still costs a little, so empty layers spread out too.
@@ -108,7 +108,7 @@ inline std::pair<std::size_t, std::size_t> stage_layer_range(const std::vector<s
   expects<config_error>(cuts.size() == static_cast<std::size_t>(stages) + 1 && cuts.front() == 0 && cuts.back() == L &&
                             std::is_sorted(cuts.begin(), cuts.end()) &&
                             std::adjacent_find(cuts.begin(), cuts.end()) == cuts.end(),
-                        [&] { return detail::cat("pipeline_cuts must be ", stages + 1, " increasing layer indices from 0 to ", L); });
+                        [&] { return strata::cat("pipeline_cuts must be ", stages + 1, " increasing layer indices from 0 to ", L); });
   return {cuts[static_cast<std::size_t>(stage)], cuts[static_cast<std::size_t>(stage) + 1]};
 }
 

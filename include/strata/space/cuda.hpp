@@ -34,13 +34,13 @@ inline void require_cuda(const char* who = "strata") {
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    throw cuda_error(detail::cat(who, ": no usable CUDA device: ", detail::cuda_error_text(e),
+    throw cuda_error(strata::cat(who, ": no usable CUDA device: ", detail::cuda_error_text(e),
                                  ". Check that an NVIDIA driver is loaded (nvidia-smi) and is at least as new as the "
                                  "CUDA runtime this program was built with (", CUDART_VERSION / 1000, ".",
                                  CUDART_VERSION % 1000 / 10, ")"));
   }
   expects<cuda_error>(n > 0, [&] {
-    return detail::cat(who, ": the CUDA driver reports no device; check CUDA_VISIBLE_DEVICES");
+    return strata::cat(who, ": the CUDA driver reports no device; check CUDA_VISIBLE_DEVICES");
   });
 }
 
@@ -50,10 +50,10 @@ inline void require_cuda(const char* who = "strata") {
 inline int device_for_local_rank(int local_rank) {
   require_cuda("device_for_local_rank");
   const int n = cuda_device_count();
-  expects<config_error>(local_rank >= 0, [&] { return detail::cat("local rank ", local_rank, " must be >= 0"); });
+  expects<config_error>(local_rank >= 0, [&] { return strata::cat("local rank ", local_rank, " must be >= 0"); });
   if (n == 1) return 0;
   expects<cuda_error>(local_rank < n, [&] {
-    return detail::cat("local rank ", local_rank, " has no GPU: this node shows ", n,
+    return strata::cat("local rank ", local_rank, " has no GPU: this node shows ", n,
                        " devices. Start at most one process per GPU on each node, or give each process one "
                        "device through CUDA_VISIBLE_DEVICES");
   });
@@ -99,7 +99,7 @@ struct cuda {
     const cudaError_t e = cudaMalloc(&p, bytes);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
-      throw cuda_error(detail::cat("cudaMalloc of ", bytes, " bytes failed: ", detail::cuda_error_text(e),
+      throw cuda_error(strata::cat("cudaMalloc of ", bytes, " bytes failed: ", detail::cuda_error_text(e),
                                    " (strata holds ", counters().live.load(), " bytes of device memory)"));
     }
     counters().add(bytes);
@@ -145,7 +145,7 @@ struct pinned {
     const cudaError_t e = cudaMallocHost(&p, bytes);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
-      throw cuda_error(detail::cat("cudaMallocHost of ", bytes, " bytes failed: ", detail::cuda_error_text(e)));
+      throw cuda_error(strata::cat("cudaMallocHost of ", bytes, " bytes failed: ", detail::cuda_error_text(e)));
     }
     counters().add(bytes);
     return p;
@@ -186,7 +186,7 @@ using pinned_buffer = buffer<T, pinned>;
 template <class T, class S1, class S2>
 void copy(buffer<T, S1>& dst, const buffer<T, S2>& src) {
   expects(dst.size() == src.size(), [&] {
-    return detail::cat("copy: ", src.size(), " elements (", S2::name, ") into ", dst.size(), " (", S1::name, ")");
+    return strata::cat("copy: ", src.size(), " elements (", S2::name, ") into ", dst.size(), " (", S1::name, ")");
   });
   if (!dst.empty()) cuda::copy(dst.data(), src.data(), dst.bytes());
 }

@@ -87,7 +87,7 @@ struct ops<host> {
     // LP64 CBLAS takes int extents: refuse what would silently wrap.
     const auto fits = [](std::int64_t v) { return v >= 0 && v <= INT_MAX; };
     expects<config_error>(fits(m) && fits(n) && fits(k) && fits(lda) && fits(ldb) && fits(ldc), [&] {
-      return detail::cat("gemm: extents m=", m, " n=", n, " k=", k, " exceed the 32-bit range of CBLAS");
+      return strata::cat("gemm: extents m=", m, " n=", n, " k=", k, " exceed the 32-bit range of CBLAS");
     });
     // BLAS rejects leading dimensions below 1 even when k == 0 and nothing is read.
     const auto ld = [](std::int64_t v) { return static_cast<int>(v < 1 ? 1 : v); };

@@ -18,11 +18,11 @@ template <class Space>
 void check_batch_rows(const batch<Space>& b, int micro_batches) {
   const std::int64_t rows = b.inputs.shape().rank ? b.inputs.dim(0) : 0;
   expects<config_error>(rows > 0 && rows % micro_batches == 0, [&] {
-    return detail::cat("strata::trainer::step: the batch has ", rows, " rows, which ", micro_batches,
+    return strata::cat("strata::trainer::step: the batch has ", rows, " rows, which ", micro_batches,
                        " micro-batches do not divide");
   });
   expects<config_error>(b.targets.shape().rank > 0 && b.targets.dim(0) == rows, [&] {
-    return detail::cat("strata::trainer::step: targets have ", b.targets.shape().str(), " but inputs have ", rows, " rows");
+    return strata::cat("strata::trainer::step: targets have ", b.targets.shape().str(), " but inputs have ", rows, " rows");
   });
 }
 

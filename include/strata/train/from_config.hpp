@@ -47,7 +47,7 @@ inline trainer_options to_trainer_options(const run_config& c) {
 template <class Optimizer>
 Optimizer to_optimizer(const run_config& c) {
   if (c.optimizer != Optimizer::name)
-    throw config_error(detail::cat("config: optimizer is ", c.optimizer, ", not ", Optimizer::name));
+    throw config_error(strata::cat("config: optimizer is ", c.optimizer, ", not ", Optimizer::name));
   if constexpr (std::is_same_v<Optimizer, adamw>)
     return c.adamw_params;
   else if constexpr (std::is_same_v<Optimizer, sgd>)

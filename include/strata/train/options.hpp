@@ -29,10 +29,10 @@ struct trainer_options {
 
   void validate() const {
     expects<config_error>(micro_batches >= 1,
-                          detail::cat("micro_batches (gradient_accumulation_steps) must be >= 1, got ", micro_batches));
-    expects<config_error>(std::isfinite(lr) && lr >= 0.0f, detail::cat("lr must be finite and >= 0, got ", lr));
+                          strata::cat("micro_batches (gradient_accumulation_steps) must be >= 1, got ", micro_batches));
+    expects<config_error>(std::isfinite(lr) && lr >= 0.0f, strata::cat("lr must be finite and >= 0, got ", lr));
     expects<config_error>(std::isfinite(max_grad_norm) && max_grad_norm >= 0.0f,
-                          detail::cat("max_grad_norm (gradient_clipping) must be >= 0, got ", max_grad_norm));
+                          strata::cat("max_grad_norm (gradient_clipping) must be >= 0, got ", max_grad_norm));
     expects<config_error>(bucket_elems >= 1, "bucket_elems (reduce_bucket_size) must be >= 1");
     schedule.validate();
   }

@@ -68,7 +68,7 @@ TEST_CASE("expects: a callable message is built only when the check fails") {
   int built = 0;
   auto message = [&] {
     ++built;
-    return strata::detail::cat("rank ", 5, " of ", 4);
+    return strata::cat("rank ", 5, " of ", 4);
   };
   strata::expects(true, message);
   strata::expects<strata::config_error>(true, message);
@@ -86,9 +86,9 @@ TEST_CASE("a check inside strata names its header relative to the include direct
   CHECK(m.find("include/") == std::string::npos);
 }
 
-TEST_CASE("detail::cat and errno_text") {
-  CHECK(strata::detail::cat("grid ", 2, "x", 4, ' ', 0.5) == "grid 2x4 0.5");
-  CHECK(strata::detail::cat(std::string("a"), std::size_t{7}) == "a7");
+TEST_CASE("cat and errno_text") {
+  CHECK(strata::cat("grid ", 2, "x", 4, ' ', 0.5) == "grid 2x4 0.5");
+  CHECK(strata::cat(std::string("a"), std::size_t{7}) == "a7");
   CHECK(strata::detail::errno_text(ENOENT) == std::strerror(ENOENT));
   CHECK_FALSE(strata::detail::errno_text(ENOENT).empty());
 }

@@ -23,7 +23,7 @@ using strata::detail::vector_shape;
 inline std::string label(std::string_view kind, const std::string& param_name) {
   const auto dot = param_name.rfind('.');
   if (dot == std::string::npos) return std::string(kind);
-  return strata::detail::cat(kind, " ", std::string_view(param_name).substr(0, dot));
+  return strata::cat(kind, " ", std::string_view(param_name).substr(0, dot));
 }
 
 // The shape s with its last extent replaced by last.
@@ -45,7 +45,7 @@ template <class P>
 void require_bound(const P& p, std::string_view kind, const std::string& owner, std::string_view what,
                    const std::source_location loc = std::source_location::current()) {
   expects<config_error>(p.numel() == 0 || p.bound(), [&] {
-    return strata::detail::cat(label(kind, owner), ": ", what,
+    return strata::cat(label(kind, owner), ": ", what,
                                " is not bound to storage (bind params through the model layout first)");
   }, loc);
 }
@@ -53,7 +53,7 @@ template <class P>
 void require_grad(const P& p, std::string_view kind, const std::string& owner, std::string_view what,
                   const std::source_location loc = std::source_location::current()) {
   expects<config_error>(p.numel() == 0 || p.grad_ptr != nullptr, [&] {
-    return strata::detail::cat(label(kind, owner), ": ", what, " has no gradient storage bound");
+    return strata::cat(label(kind, owner), ": ", what, " has no gradient storage bound");
   }, loc);
 }
 
@@ -62,11 +62,11 @@ void require_features(const tensor<float, Space>& x, std::int64_t features, std:
                       const std::string& owner, std::string_view param_kind,
                       const std::source_location loc = std::source_location::current()) {
   expects<config_error>(x.shape().rank != 0, [&] {
-    return strata::detail::cat(label(kind, owner), ": input is a scalar (rank 0), expected [..., ", features, "]");
+    return strata::cat(label(kind, owner), ": input is a scalar (rank 0), expected [..., ", features, "]");
   }, loc);
   const auto got = x.shape()[x.shape().rank - 1];
   expects<config_error>(got == features, [&] {
-    return strata::detail::cat(label(kind, owner), ": input has ", got, " features, ", param_kind, " expects ",
+    return strata::cat(label(kind, owner), ": input has ", got, " features, ", param_kind, " expects ",
                                features, " (input shape ", x.shape(), ")");
   }, loc);
 }
@@ -74,7 +74,7 @@ void require_features(const tensor<float, Space>& x, std::int64_t features, std:
 inline void require_distinct(const void* in, const void* out, std::string_view kind, const std::string& owner,
                              const std::source_location loc = std::source_location::current()) {
   expects<config_error>(in != out, [&] {
-    return strata::detail::cat(label(kind, owner),
+    return strata::cat(label(kind, owner),
                                ": input and output are the same tensor (in-place is not supported)");
   }, loc);
 }
@@ -83,7 +83,7 @@ template <class Space>
 void require_dy(const tensor<float, Space>& dy, const strata::shape& expected, std::string_view kind,
                 const std::string& owner, const std::source_location loc = std::source_location::current()) {
   expects<config_error>(dy.shape() == expected, [&] {
-    return strata::detail::cat(label(kind, owner), " backward: dy has shape ", dy.shape(),
+    return strata::cat(label(kind, owner), " backward: dy has shape ", dy.shape(),
                                ", the forward output had ", expected);
   }, loc);
 }
@@ -91,7 +91,7 @@ void require_dy(const tensor<float, Space>& dy, const strata::shape& expected, s
 inline void require_forward_ran(const void* input, std::string_view kind, const std::string& owner,
                                 const std::source_location loc = std::source_location::current()) {
   expects<config_error>(input != nullptr, [&] {
-    return strata::detail::cat(label(kind, owner), ": backward called with a cache that no forward filled");
+    return strata::cat(label(kind, owner), ": backward called with a cache that no forward filled");
   }, loc);
 }
 

@@ -125,7 +125,7 @@ struct column_parallel_linear {
   void check_params() const {
     expects<config_error>(
         weight.shape.rank == 2 && (!has_bias() || bias.numel() == static_cast<std::size_t>(weight.shape[0])), [&] {
-          return strata::detail::cat(detail::label(kind, weight.name), ": weight has shape ", weight.shape,
+          return strata::cat(detail::label(kind, weight.name), ": weight has shape ", weight.shape,
                                      " and bias ", bias.shape,
                                      "; expected [out/T, in] and [out/T] (or [0] without bias)");
         });
@@ -139,7 +139,7 @@ struct column_parallel_linear {
 inline column_parallel_linear make_column_parallel_linear(int in_features, int out_features, int tp_rank, int tp_size,
                                                           bool bias = true, bool gather_output = false) {
   expects<config_error>(in_features > 0, [&] {
-    return strata::detail::cat("column_parallel_linear: ", in_features, " input features (must be positive)");
+    return strata::cat("column_parallel_linear: ", in_features, " input features (must be positive)");
   });
   const auto s = make_tp_slice("column_parallel_linear", out_features, "output features", tp_rank, tp_size);
   column_parallel_linear l;

@@ -35,11 +35,11 @@ struct tp_slice {
 
 inline tp_slice make_tp_slice(std::string_view what, std::int64_t total, std::string_view items, int rank, int size) {
   expects<config_error>(size > 0 && rank >= 0 && rank < size, [&] {
-    return detail::cat(what, ": tensor-parallel rank ", rank, " is not in [0, ", size, ")");
+    return strata::cat(what, ": tensor-parallel rank ", rank, " is not in [0, ", size, ")");
   });
-  expects<config_error>(total > 0, [&] { return detail::cat(what, ": ", total, " ", items, " (must be positive)"); });
+  expects<config_error>(total > 0, [&] { return strata::cat(what, ": ", total, " ", items, " (must be positive)"); });
   expects<config_error>(total % size == 0, [&] {
-    return detail::cat(what, ": ", total, " ", items, " do not divide over ", size, " tensor-parallel ranks");
+    return strata::cat(what, ": ", total, " ", items, " do not divide over ", size, " tensor-parallel ranks");
   });
   return {rank, size, total / size};
 }
@@ -60,13 +60,13 @@ bool tp_active(Ctx& ctx, int tp_size, std::string_view kind, const std::string& 
   if constexpr (tp_context<Ctx>) {
     const int have = ctx.tp().size();
     expects<config_error>(have == tp_size, [&] {
-      return strata::detail::cat(label(kind, owner), ": built for ", tp_size,
+      return strata::cat(label(kind, owner), ": built for ", tp_size,
                                  " tensor-parallel ranks, but the context's tensor communicator has ", have);
     }, loc);
   } else {
     (void)ctx;
     expects<config_error>(false, [&] {
-      return strata::detail::cat(label(kind, owner), ": built for ", tp_size,
+      return strata::cat(label(kind, owner), ": built for ", tp_size,
                                  " tensor-parallel ranks, but the context has no tensor communicator (ctx.tp())");
     }, loc);
   }

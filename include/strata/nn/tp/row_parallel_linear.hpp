@@ -75,7 +75,7 @@ struct row_parallel_linear {
   void check_params() const {
     expects<config_error>(
         weight.shape.rank == 2 && (!has_bias() || bias.numel() == static_cast<std::size_t>(weight.shape[0])), [&] {
-          return strata::detail::cat(detail::label(kind, weight.name), ": weight has shape ", weight.shape,
+          return strata::cat(detail::label(kind, weight.name), ": weight has shape ", weight.shape,
                                      " and bias ", bias.shape,
                                      "; expected [out, in/T] and [out] (or [0] without bias)");
         });
@@ -87,7 +87,7 @@ struct row_parallel_linear {
 inline row_parallel_linear make_row_parallel_linear(int in_features, int out_features, int tp_rank, int tp_size,
                                                     bool bias = true) {
   expects<config_error>(out_features > 0, [&] {
-    return strata::detail::cat("row_parallel_linear: ", out_features, " output features (must be positive)");
+    return strata::cat("row_parallel_linear: ", out_features, " output features (must be positive)");
   });
   const auto s = make_tp_slice("row_parallel_linear", in_features, "input features", tp_rank, tp_size);
   row_parallel_linear l;

@@ -43,7 +43,7 @@ struct vocab_parallel_cross_entropy {
     const std::int64_t rows = detail::rows_of(s);
     expects<config_error>(static_cast<std::int64_t>(targets.numel()) == rows && targets.shape().rank + 1 == s.rank,
                           [&] {
-                            return strata::detail::cat(kind, ": targets have shape ", targets.shape(), " for logits ",
+                            return strata::cat(kind, ": targets have shape ", targets.shape(), " for logits ",
                                                        s, "; expected one class id per row of the leading shape");
                           });
     using ops = ops_of<Ctx>;
@@ -51,7 +51,7 @@ struct vocab_parallel_cross_entropy {
     // Every tensor rank has the same targets, so a bad one throws on all of them before
     // any collective.
     detail::require_ids(ops::check_ids(exec, rows, vocab, targets.data(), c.bad_row), [&](float t, std::int64_t r) {
-      return strata::detail::cat(kind, ": target ", t, " at row ", r, " is not a class id in [0, ", vocab, ")");
+      return strata::cat(kind, ": target ", t, " at row ", r, " is not a class id in [0, ", vocab, ")");
     });
     c.row_max.resize(detail::vector_shape(rows));
     c.log_sum.resize(detail::vector_shape(rows));
@@ -93,7 +93,7 @@ struct vocab_parallel_cross_entropy {
 
 inline vocab_parallel_cross_entropy make_vocab_parallel_cross_entropy(int vocab, int tp_rank, int tp_size) {
   expects<config_error>(vocab <= (1 << 24), [&] {
-    return strata::detail::cat("vocab_parallel_cross_entropy: vocab ", vocab,
+    return strata::cat("vocab_parallel_cross_entropy: vocab ", vocab,
                                " exceeds 2^24, above which float ids are not exact");
   });
   const auto s = make_tp_slice("vocab_parallel_cross_entropy", vocab, "vocabulary entries", tp_rank, tp_size);
