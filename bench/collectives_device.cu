@@ -147,12 +147,13 @@ int strata_bench::run_collectives_cuda(int argc, char** argv) {
     if (env.rank() == 0) {
       cudaDeviceProp prop{};
       STRATA_CHECK_CUDA(cudaGetDeviceProperties(&prop, comm.device()));
-      std::printf("# strata bench/collectives --device cuda: %d process(es), %s, NCCL %d.%d.%d, float, sum; medians of %d "
-                  "iterations (max over ranks)\n# busbw factors (nccl-tests): all_reduce 2(n-1)/n, reduce_scatter and "
-                  "all_gather (n-1)/n, broadcast 1\n# ratio = busbw strata / busbw raw NCCL: the median over iterations "
-                  "of raw time / strata time, each pair run back to back\n# copy = cudaMemcpyAsync device to device of "
-                  "the same size (bytes read + written)\n",
-                  p, prop.name, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, opt.iters);
+      std::printf(
+          "# strata bench/collectives --device cuda: %d process(es), %s, NCCL %d.%d.%d, float, sum; medians of %d "
+          "iterations (max over ranks)\n# busbw factors (nccl-tests): all_reduce 2(n-1)/n, reduce_scatter and "
+          "all_gather (n-1)/n, broadcast 1\n# ratio = busbw strata / busbw raw NCCL: the median over iterations "
+          "of raw time / strata time, each pair run back to back\n# copy = cudaMemcpyAsync device to device of "
+          "the same size (bytes read + written)\n",
+          p, prop.name, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, opt.iters);
     }
     for (op o : {op::all_reduce, op::reduce_scatter, op::all_gather, op::broadcast}) {
       if (env.rank() == 0)
@@ -171,7 +172,9 @@ int strata_bench::run_collectives_cuda(int argc, char** argv) {
             case op::reduce_scatter:
               comm.reduce_scatter(std::span<const float>(a.data(), count), std::span(b.data(), block));
               break;
-            case op::all_gather: comm.all_gather(std::span<const float>(a.data(), block), std::span(b.data(), count)); break;
+            case op::all_gather:
+              comm.all_gather(std::span<const float>(a.data(), block), std::span(b.data(), count));
+              break;
             case op::broadcast: comm.broadcast(std::span(a.data(), count), 0); break;
           }
         };
@@ -207,8 +210,7 @@ int strata_bench::run_collectives_cuda(int argc, char** argv) {
           pair_ratio.push_back(t[1] / t[0]);
         }
         const double ts = median(t_strata), tr = median(t_raw);
-        const double tc =
-            median_us([&] { strata::cuda::copy_async(b.data(), a.data(), count * sizeof(float), cs); });
+        const double tc = median_us([&] { strata::cuda::copy_async(b.data(), a.data(), count * sizeof(float), cs); });
         const double size = static_cast<double>(count * sizeof(float));
         const double f = bus_factor(o, p);
         const double ratio = median(pair_ratio);  // busbw(strata) / busbw(raw)

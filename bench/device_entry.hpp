@@ -4,9 +4,9 @@
 // defines the CUDA path below. Nothing here depends on the compiler: both halves see the
 // same declarations.
 #pragma once
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <initializer_list>
@@ -50,8 +50,10 @@ inline device_kind take_device(const char* prog, int& argc, char** argv) {
       argv[out++] = argv[i];
       continue;
     }
-    if (value == "cpu") kind = device_kind::cpu;
-    else if (value == "cuda") kind = device_kind::cuda;
+    if (value == "cpu")
+      kind = device_kind::cpu;
+    else if (value == "cuda")
+      kind = device_kind::cuda;
     else {
       std::fprintf(stderr, "%s: --device %.*s: the devices are cpu and cuda\n", prog, static_cast<int>(value.size()),
                    value.data());

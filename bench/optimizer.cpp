@@ -31,12 +31,12 @@
 #include <utility>
 #include <vector>
 
+#include "device_entry.hpp"
 #include "strata/core/buffer.hpp"
 #include "strata/optim/adamw.hpp"
 #include "strata/optim/lion.hpp"
 #include "strata/optim/sgd.hpp"
 #include "strata/space/host.hpp"
-#include "device_entry.hpp"
 
 namespace {
 
@@ -69,9 +69,12 @@ options parse(int argc, char** argv) {
       if (i + 1 >= argc) usage(std::string(a) + " needs a value");
       return argv[++i];
     };
-    if (a == "--min-log2") o.min_log2 = to_int("--min-log2", value());
-    else if (a == "--max-log2") o.max_log2 = to_int("--max-log2", value());
-    else if (a == "--reps") o.reps = to_int("--reps", value());
+    if (a == "--min-log2")
+      o.min_log2 = to_int("--min-log2", value());
+    else if (a == "--max-log2")
+      o.max_log2 = to_int("--max-log2", value());
+    else if (a == "--reps")
+      o.reps = to_int("--reps", value());
     else if (a == "--threads") {
       o.threads.clear();
       std::string s = value();
@@ -80,11 +83,12 @@ options parse(int argc, char** argv) {
         o.threads.push_back(to_int("--threads", s.substr(p, q - p).c_str()));
         p = q + 1;
       }
-    } else if (a == "--help" || a == "-h") usage("help");
-    else usage("unknown option " + std::string(a));
+    } else if (a == "--help" || a == "-h")
+      usage("help");
+    else
+      usage("unknown option " + std::string(a));
   }
-  if (o.min_log2 < 10 || o.max_log2 > 30 || o.min_log2 > o.max_log2)
-    usage("need 10 <= --min-log2 <= --max-log2 <= 30");
+  if (o.min_log2 < 10 || o.max_log2 > 30 || o.min_log2 > o.max_log2) usage("need 10 <= --min-log2 <= --max-log2 <= 30");
   if (o.reps < 1) usage("--reps must be >= 1");
   for (int t : o.threads)
     if (t < 1) usage("--threads wants counts >= 1");
@@ -219,13 +223,13 @@ int main(int argc, char** argv) {
        [&](std::size_t n) { naive_adamw(n, p.data(), g.data(), m.data(), v.data(), 1e-4f, ++naive_step); }},
       {"adamw bf16 mixed", 28,  // master, m, v r/w (24) + bf16 grad read (2) + bf16 param write (2)
        [&](std::size_t n) {
-         adam.step(strata::shard_args<strata::bf16, strata::bf16>{p.data(), g16, m.data(), v.data(), p16, n},
-                   1e-4f, 1.0f, true, ++adam16_step);
+         adam.step(strata::shard_args<strata::bf16, strata::bf16>{p.data(), g16, m.data(), v.data(), p16, n}, 1e-4f,
+                   1.0f, true, ++adam16_step);
        }},
       {"adamw fp16 mixed", 28,  // as bf16: the 16-bit conversions are the only difference
        [&](std::size_t n) {
-         adam.step(strata::shard_args<strata::fp16, strata::fp16>{p.data(), gh, m.data(), v.data(), ph, n}, 1e-4f,
-                   1.0f, true, ++adamh_step);
+         adam.step(strata::shard_args<strata::fp16, strata::fp16>{p.data(), gh, m.data(), v.data(), ph, n}, 1e-4f, 1.0f,
+                   true, ++adamh_step);
        }},
       {"sgd momentum fp32", 20,
        [&](std::size_t n) {
@@ -277,7 +281,7 @@ int main(int argc, char** argv) {
     std::printf("\ntarget (fp32 AdamW >= 80%% of triad GB/s at >= 2^24 params): %s\n", target_met ? "met" : "NOT met");
   for (const auto& [kind, worst] : {std::pair{"bf16", worst_bf16}, std::pair{"fp16", worst_fp16}})
     if (worst > 0)
-      std::printf("target (mixed %s AdamW within 1.5x of fp32 AdamW's time at >= 2^24 params): %s, worst %.2fx\n",
-                  kind, worst <= 1.5 ? "met" : "NOT met", worst);
+      std::printf("target (mixed %s AdamW within 1.5x of fp32 AdamW's time at >= 2^24 params): %s, worst %.2fx\n", kind,
+                  worst <= 1.5 ? "met" : "NOT met", worst);
   return 0;
 }

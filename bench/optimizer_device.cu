@@ -115,8 +115,10 @@ int strata_bench::run_optimizer_cuda(int argc, char** argv) {
     strata::kernels::run_cuda(max_n, fill_op<strata::bf16>{g16.data(), 0.02f}, s);
     stream.synchronize();
 
-    std::printf("# strata bench/optimizer --device cuda: %s, %d SMs, CUDA runtime %d; medians of %d iterations after %d warm-up\n",
-                prop.name, prop.multiProcessorCount, CUDART_VERSION, o.iters, o.warmup);
+    std::printf(
+        "# strata bench/optimizer --device cuda: %s, %d SMs, CUDA runtime %d; medians of %d iterations after %d "
+        "warm-up\n",
+        prop.name, prop.multiProcessorCount, CUDART_VERSION, o.iters, o.warmup);
     std::printf("# GB/s counts bytes read + written; ratio = kernel GB/s / device-to-device copy GB/s (same size)\n");
     std::printf("# %6s %12s | %9s | %9s %9s %6s | %9s %9s %6s | %9s %9s %6s | %9s %9s %6s\n", "log2", "params",
                 "copy GB/s", "adamw32", "GB/s", "ratio", "plain32", "GB/s", "ratio", "adamw16", "GB/s", "ratio",
@@ -154,8 +156,9 @@ int strata_bench::run_optimizer_cuda(int argc, char** argv) {
       std::printf("\n");
       if (lg >= 26 && (r32 < 0.9 || r16 < 0.9)) met = false;
     }
-    std::printf("# params/s columns: adamw32 = fp32 AdamW (step_runs_cuda), plain32 = the same functor in a grid-stride loop "
-                "without the driver's L2 prefetch, adamw16 = AdamW with bf16 params and grads, lion32 = fp32 Lion\n");
+    std::printf(
+        "# params/s columns: adamw32 = fp32 AdamW (step_runs_cuda), plain32 = the same functor in a grid-stride loop "
+        "without the driver's L2 prefetch, adamw16 = AdamW with bf16 params and grads, lion32 = fp32 Lion\n");
     if (o.max_log2 >= 26)
       std::printf("# target (AdamW >= 90%% of copy bandwidth at >= 2^26 params): %s\n", met ? "met" : "NOT met");
     else

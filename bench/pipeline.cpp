@@ -12,7 +12,7 @@
 namespace {
 
 struct measurement {
-  double idle_fraction = 0;  // mean over stages of idle / step time (median step)
+  double idle_fraction = 0;            // mean over stages of idle / step time (median step)
   std::vector<double> activation_mib;  // per stage
 };
 
@@ -58,9 +58,10 @@ int main(int argc, char** argv) {
   a.check_all_used();
   auto& w = env.world();
   if (w.rank() == 0)
-    std::printf("# bench/pipeline: gpt %d layers, dim %d, seq %d, %ld sequences per micro-batch, median of %ld steps\n"
-                "# measured = mean over stages of (time waiting for neighbours / step time); ideal = (p-1)/(m+p-1)\n",
-                cfg.layers, cfg.dim, cfg.seq, rows, steps - 1);
+    std::printf(
+        "# bench/pipeline: gpt %d layers, dim %d, seq %d, %ld sequences per micro-batch, median of %ld steps\n"
+        "# measured = mean over stages of (time waiting for neighbours / step time); ideal = (p-1)/(m+p-1)\n",
+        cfg.layers, cfg.dim, cfg.seq, rows, steps - 1);
   for (int p : {2, 4}) {
     if (p > w.size()) break;
     strata::world_comm sub = w.split(w.rank() < p ? 0 : 1, w.rank());

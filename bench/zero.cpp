@@ -72,21 +72,24 @@ int main(int argc, char** argv) {
     rows.push_back(measure<strata::zero<3>, P>(g, shape, batch, steps, opts));
     rows.push_back(measure<strata::zero<3, strata::offload_optimizer>, P>(g, shape, batch, steps, opts));
   };
-  if (precision == "bf16") run_all(strata::type_tag<strata::mixed<strata::bf16>>{});
-  else run_all(strata::type_tag<strata::fp32>{});
+  if (precision == "bf16")
+    run_all(strata::type_tag<strata::mixed<strata::bf16>>{});
+  else
+    run_all(strata::type_tag<strata::fp32>{});
 
   if (env.rank() == 0) {
-    std::printf("# bench/zero: MLP %d-%dx%d-%d (%zu params), %d ranks, global batch %ld, AdamW %s, median of %ld steps\n",
-                shape.features, shape.hidden, shape.layers, shape.classes, rows[0].mem.bytes.at("master") / 4,
-                g.dp_size(), batch, precision.c_str(), steps - 2);
+    std::printf(
+        "# bench/zero: MLP %d-%dx%d-%d (%zu params), %d ranks, global batch %ld, AdamW %s, median of %ld steps\n",
+        shape.features, shape.hidden, shape.layers, shape.classes, rows[0].mem.bytes.at("master") / 4, g.dp_size(),
+        batch, precision.c_str(), steps - 2);
     std::printf("%-16s %9s %9s %9s %9s %9s %10s %9s %10s %8s %s\n", "stage", "params", "grads", "master", "optim",
                 "comm", "total MiB", "offl. MiB", "step ms", "vs rep.", "weights_hash");
     for (const auto& r : rows) {
       const auto& m = r.mem.bytes;
-      std::printf("%-16s %9.2f %9.2f %9.2f %9.2f %9.2f %10.2f %9.2f %10.2f %8.2f %s\n", r.name.c_str(), mib(m.at("params")),
-                  mib(m.at("grads")), mib(m.at("master")), mib(m.at("optimizer_states")), mib(m.at("comm_buffers")),
-                  mib(r.mem.total() - m.at("activations")), mib(r.mem.in_space(true)), r.median_s * 1e3,
-                  r.median_s / rows[0].median_s, strata::hex64(r.hash).c_str());
+      std::printf("%-16s %9.2f %9.2f %9.2f %9.2f %9.2f %10.2f %9.2f %10.2f %8.2f %s\n", r.name.c_str(),
+                  mib(m.at("params")), mib(m.at("grads")), mib(m.at("master")), mib(m.at("optimizer_states")),
+                  mib(m.at("comm_buffers")), mib(r.mem.total() - m.at("activations")), mib(r.mem.in_space(true)),
+                  r.median_s * 1e3, r.median_s / rows[0].median_s, strata::hex64(r.hash).c_str());
     }
     std::printf("(MiB per rank, activations excluded; 'vs rep.' = step time / replicated step time)\n");
   }

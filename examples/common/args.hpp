@@ -43,7 +43,8 @@ class args {
     if (it == values_.end()) return def;
     char* end = nullptr;
     long v = std::strtol(it->second.c_str(), &end, 10);
-    if (end == it->second.c_str() || *end) throw strata::config_error("--" + k + " expects an integer, got '" + it->second + "'");
+    if (end == it->second.c_str() || *end)
+      throw strata::config_error("--" + k + " expects an integer, got '" + it->second + "'");
     return v;
   }
   double real(const std::string& k, double def) {
@@ -52,7 +53,8 @@ class args {
     if (it == values_.end()) return def;
     char* end = nullptr;
     double v = std::strtod(it->second.c_str(), &end);
-    if (end == it->second.c_str() || *end) throw strata::config_error("--" + k + " expects a number, got '" + it->second + "'");
+    if (end == it->second.c_str() || *end)
+      throw strata::config_error("--" + k + " expects a number, got '" + it->second + "'");
     return v;
   }
 

@@ -26,7 +26,8 @@ struct config_choice {
 // (tensor, pipeline) take the config's strata section; without it (a data-parallel-only
 // program) the config must not ask for tensor or pipeline parallelism.
 inline config_choice apply_config(args& a, const char* program, int rank, int world_size, strata::runtime_policies& pol,
-                                  strata::trainer_options& opts, long& global_batch, int* tp = nullptr, int* pp = nullptr) {
+                                  strata::trainer_options& opts, long& global_batch, int* tp = nullptr,
+                                  int* pp = nullptr) {
   config_choice c;
   const std::string path = a.str("config", "");
   if (path.empty()) return c;
@@ -36,7 +37,8 @@ inline config_choice apply_config(args& a, const char* program, int rank, int wo
       throw strata::config_error(std::string("--") + k + " conflicts with --config " + path +
                                  ": the config file decides it (edit the file instead)");
   c.cfg = strata::load_config(path);
-  if (auto w = strata::unknown_keys_warning(*c.cfg); !w.empty() && rank == 0) std::fprintf(stderr, "%s: warning: %s\n", program, w.c_str());
+  if (auto w = strata::unknown_keys_warning(*c.cfg); !w.empty() && rank == 0)
+    std::fprintf(stderr, "%s: warning: %s\n", program, w.c_str());
   const int t = c.cfg->tensor_parallel_size, p = c.cfg->pipeline_parallel_size;
   if (!tp || !pp)
     strata::expects<strata::config_error>(t == 1 && p == 1, [&] {

@@ -39,8 +39,9 @@ struct loop_options {
   void validate(int dp, int micro_batches) const {
     strata::expects<strata::config_error>(steps >= 0, [&] { return strata::cat("--steps ", steps, " is negative"); });
     strata::expects<strata::config_error>(batch > 0 && batch % (static_cast<long>(dp) * micro_batches) == 0, [&] {
-      return strata::cat("--batch ", batch, " must be a positive multiple of data-parallel ranks x micro-batches = ",
-                                 dp, " x ", micro_batches);
+      return strata::cat("--batch ", batch,
+                         " must be a positive multiple of data-parallel ranks x micro-batches = ", dp, " x ",
+                         micro_batches);
     });
   }
 };

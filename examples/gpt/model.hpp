@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <strata/core/random.hpp>
 #include <strata/model/concepts.hpp>
 #include <strata/nn/attention.hpp>
 #include <strata/nn/gelu.hpp>
@@ -13,7 +14,6 @@
 #include <strata/nn/residual.hpp>
 #include <strata/nn/tp/all.hpp>
 #include <strata/train/batch.hpp>
-#include <strata/core/random.hpp>
 #include <vector>
 
 namespace gpt {
@@ -112,8 +112,8 @@ inline model make_model(const config& cfg, int tp_rank = 0, int tp_size = 1) {
   namespace sn = strata::nn;
   strata::expects<strata::config_error>(
       cfg.vocab > 0 && cfg.seq > 0 && cfg.dim > 0 && cfg.heads > 0 && cfg.layers > 0,
-      strata::cat("gpt::make_model: vocab ", cfg.vocab, ", seq ", cfg.seq, ", dim ", cfg.dim, ", heads ",
-                          cfg.heads, ", layers ", cfg.layers, " must all be positive"));
+      strata::cat("gpt::make_model: vocab ", cfg.vocab, ", seq ", cfg.seq, ", dim ", cfg.dim, ", heads ", cfg.heads,
+                  ", layers ", cfg.layers, " must all be positive"));
   const auto normal = strata::init_spec::normal(0.02f);
   const auto residual = strata::init_spec::normal(0.02f / std::sqrt(2.0f * static_cast<float>(cfg.layers)));
   model m;

@@ -4,28 +4,35 @@
 #include <string_view>
 #include <vector>
 
-struct block {                                   // a layer: params + forward/backward
+struct block {  // a layer: params + forward/backward
   strata::nn::linear fc;
   strata::nn::relu act;
-  template <class Space> struct cache {          // per space: its tensors live there
-    strata::nn::linear::cache<Space> fc; strata::nn::relu::cache<Space> act; strata::tensor<float, Space> h, dh;
+  template <class Space>
+  struct cache {  // per space: its tensors live there
+    strata::nn::linear::cache<Space> fc;
+    strata::nn::relu::cache<Space> act;
+    strata::tensor<float, Space> h, dh;
   };
   template <class Ctx>
-  void forward(Ctx& c, const strata::tensor_for<Ctx>& x, strata::tensor_for<Ctx>& y, cache<strata::space_of<Ctx>>& k) const {
-    fc.forward(c, x, k.h, k.fc); act.forward(c, k.h, y, k.act);
+  void forward(Ctx& c, const strata::tensor_for<Ctx>& x, strata::tensor_for<Ctx>& y,
+               cache<strata::space_of<Ctx>>& k) const {
+    fc.forward(c, x, k.h, k.fc);
+    act.forward(c, k.h, y, k.act);
   }
   template <class Ctx>
-  void backward(Ctx& c, const strata::tensor_for<Ctx>& dy, strata::tensor_for<Ctx>& dx, cache<strata::space_of<Ctx>>& k) {
-    act.backward(c, dy, k.dh, k.act); fc.backward(c, k.dh, dx, k.fc);
+  void backward(Ctx& c, const strata::tensor_for<Ctx>& dy, strata::tensor_for<Ctx>& dx,
+                cache<strata::space_of<Ctx>>& k) {
+    act.backward(c, dy, k.dh, k.act);
+    fc.backward(c, k.dh, dx, k.fc);
   }
 };
-struct model {                                   // fields in order are the layers
+struct model {  // fields in order are the layers
   std::vector<block> blocks;
   strata::nn::linear head;
-  strata::nn::softmax_cross_entropy loss;        // the last layer is the loss
+  strata::nn::softmax_cross_entropy loss;  // the last layer is the loss
 };
 
-model make_model() {                             // 8 features -> 2 blocks of 32 -> 4 classes
+model make_model() {  // 8 features -> 2 blocks of 32 -> 4 classes
   model m;
   m.blocks.push_back({strata::nn::make_linear(8, 32), {}});
   m.blocks.push_back({strata::nn::make_linear(32, 32), {}});
@@ -52,18 +59,18 @@ strata::batch<> make_batch(long step, const strata::grid<strata::world_comm>& gr
 }
 
 int main(int argc, char** argv) {
-  if (argc > 1) {                                // hello takes no options
+  if (argc > 1) {  // hello takes no options
     const bool help = std::string_view(argv[1]) == "--help";
     if (!help) std::fprintf(stderr, "hello: unknown option '%s'\n", argv[1]);
     std::printf("usage: hello   (trains a small MLP for 100 steps; mpiexec -n N hello for N processes)\n");
     return help ? 0 : 2;
   }
-  strata::environment env(argc, argv);           // MPI (or a single process)
-  strata::grid grid(env.world());                // data parallel over every process
-  strata::trainer_options opts;                  // lr schedule, micro-batches, clipping, ...
+  strata::environment env(argc, argv);  // MPI (or a single process)
+  strata::grid grid(env.world());       // data parallel over every process
+  strata::trainer_options opts;         // lr schedule, micro-batches, clipping, ...
   opts.schedule = strata::lr_schedule::constant(1e-2);
-  strata::trainer<model, strata::host, strata::zero<3>, strata::adamw, strata::mixed<strata::bf16>>
-      tr(grid, make_model(), opts);
+  strata::trainer<model, strata::host, strata::zero<3>, strata::adamw, strata::mixed<strata::bf16>> tr(
+      grid, make_model(), opts);
   for (long step = 0; step < 100; ++step) {
     auto stats = tr.step(make_batch(step, grid));  // loss, grad norm, lr, loss scale, skipped, samples/s
     if (env.world().rank() == 0 && stats.step % 20 == 0) std::printf("step %3ld  loss %.4f\n", stats.step, stats.loss);

@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
     const mlp::run_args ra{env, shape, lo, opts, cc, pol};
     if (device == "cuda") return mlp::run_cuda(ra);
     return strata::dispatch(pol, [&](auto s, auto o, auto p) {
-      return mlp::run<strata::host, typename decltype(s)::type, typename decltype(o)::type, typename decltype(p)::type>(ra);
+      return mlp::run<strata::host, typename decltype(s)::type, typename decltype(o)::type, typename decltype(p)::type>(
+          ra);
     });
   } catch (const strata::error& e) {
     if (env.rank() == 0) std::fprintf(stderr, "mlp: error: %s\n", e.what());

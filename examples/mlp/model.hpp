@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <vector>
 
+#include <strata/core/random.hpp>
 #include <strata/nn/all.hpp>
 #include <strata/train/batch.hpp>
-#include <strata/core/random.hpp>
 
 namespace mlp {
 
@@ -74,8 +74,7 @@ class synthetic_data {
     for (std::int64_t r = 0; r < count; ++r) {
       const std::uint64_t row = first + static_cast<std::uint64_t>(r);
       float* x = b.inputs.data() + r * s_.features;
-      for (int f = 0; f < s_.features; ++f)
-        x[f] = static_cast<float>(features.normal(row * s_.features + f));
+      for (int f = 0; f < s_.features; ++f) x[f] = static_cast<float>(features.normal(row * s_.features + f));
       int best = 0;
       float best_v = -1e30f;
       for (int c = 0; c < s_.classes; ++c) {

@@ -1,5 +1,6 @@
 // A model whose field is a class with private members: that layer is not an aggregate.
-// expect: strata: a layer type is not an aggregate Boost.PFR can reflect: it has a user-declared constructor, private or protected fields
+// expect: strata: a layer type is not an aggregate Boost.PFR can reflect: it has a user-declared constructor, private
+// or protected fields
 #include <strata/model/reflect.hpp>
 
 class hidden_dense {

@@ -1,6 +1,6 @@
 // A model given to the trainer whose layer is a class with private members.
-// expect: strata: a layer type is not an aggregate Boost.PFR can reflect: it has a user-declared constructor, private or protected fields
-// expect-first
+// expect: strata: a layer type is not an aggregate Boost.PFR can reflect: it has a user-declared constructor, private
+// or protected fields expect-first
 #include <strata/strata.hpp>
 
 class hidden_dense {

@@ -4,11 +4,11 @@
 #include <cstdint>
 #include <numeric>
 #include <random>
-#include <string>
+#include <strata/comm/detail/rendezvous.hpp>
 #include <strata/comm/environment.hpp>
 #include <strata/comm/nccl.hpp>
-#include <strata/comm/detail/rendezvous.hpp>
 #include <strata/space/cuda.hpp>
+#include <string>
 #include <vector>
 
 #include "catch.hpp"

@@ -6,13 +6,13 @@
 #include <cstdint>
 #include <initializer_list>
 #include <random>
-#include <string>
-#include <strata/space/cuda_ops.cuh>
 #include <strata/nn/gelu.hpp>
 #include <strata/nn/linear.hpp>
 #include <strata/nn/mse.hpp>
 #include <strata/nn/relu.hpp>
 #include <strata/nn/softmax_cross_entropy.hpp>
+#include <strata/space/cuda_ops.cuh>
+#include <string>
 #include <vector>
 
 #include "catch.hpp"

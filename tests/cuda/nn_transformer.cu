@@ -11,9 +11,9 @@
 #include <cstdlib>
 #include <deque>
 #include <random>
+#include <strata/cuda.cuh>
 #include <string>
 #include <string_view>
-#include <strata/cuda.cuh>
 #include <type_traits>
 #include <vector>
 
@@ -393,8 +393,8 @@ TEST_CASE("tensor-parallel block moves and the row-parallel bias give the host's
   CHECK(same_bits(read(db), values_of(hb)));
   CHECK(same_bits(read(dsum), values_of(hsum)));
   // take_block undoes concat_blocks for block k.
-  CHECK(same_bits(values_of(hb), std::vector<float>(blocks.begin() + k * rows * cols,
-                                                    blocks.begin() + (k + 1) * rows * cols)));
+  CHECK(same_bits(values_of(hb),
+                  std::vector<float>(blocks.begin() + k * rows * cols, blocks.begin() + (k + 1) * rows * cols)));
 }
 
 TEST_CASE("vocab_parallel_cross_entropy at tp = 1: loss, caches and gradient match the host") {
@@ -470,8 +470,8 @@ TEST_CASE("causal_self_attention: forward and backward match the host") {
   for (const auto& c : {case_t{2, 12, 32, 4}, case_t{6, 9, 24, 2}}) {
     INFO("B " << c.B << " S " << c.S << " D " << c.D << " heads " << c.heads);
     std::mt19937 rng(73);
-    nn::causal_self_attention h =
-        nn::make_causal_self_attention(static_cast<int>(c.D), static_cast<int>(c.heads)), dl = h;
+    nn::causal_self_attention h = nn::make_causal_self_attention(static_cast<int>(c.D), static_cast<int>(c.heads)),
+                              dl = h;
     param_pair_store store;
     store.bind_all(h, dl, rng, 0.3f, true);
     const auto n = static_cast<std::size_t>(c.B * c.S * c.D);

@@ -2,9 +2,9 @@
 // Without a usable GPU (no driver, no device) the CUDA space and the NCCL communicator fail
 // at once with a cuda_error that says why, instead of crashing later. Runs on machines
 // with no GPU (CI); exits 77 (skipped) where a GPU is present.
-#include <string>
 #include <strata/comm/nccl.hpp>
 #include <strata/space/cuda.hpp>
+#include <string>
 
 #include "catch.hpp"
 

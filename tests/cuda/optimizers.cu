@@ -5,12 +5,12 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
-#include <string>
-#include <strata/optim/cuda_optim.cuh>
 #include <strata/optim/adamw.hpp>
+#include <strata/optim/cuda_optim.cuh>
 #include <strata/optim/lion.hpp>
 #include <strata/optim/sgd.hpp>
 #include <strata/space/cuda.hpp>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -50,8 +50,10 @@ std::vector<T> random_vector(std::size_t n, float scale, std::mt19937& gen) {
   std::vector<T> v(n);
   for (std::size_t i = 0; i < n; ++i) {
     const float x = i % 97 == 0 ? 0.0f : dist(gen);  // exact zeros: the sign and decay branches
-    if constexpr (std::is_same_v<T, float>) v[i] = x;
-    else v[i] = T(x);
+    if constexpr (std::is_same_v<T, float>)
+      v[i] = x;
+    else
+      v[i] = T(x);
   }
   return v;
 }
@@ -82,10 +84,17 @@ void compare_drivers(const O& opt, strata::rounding rounding, int steps = 3) {
   auto d_master = to_device(master), d_state0 = to_device(state0), d_state1 = to_device(state1);
   auto d_param = to_device(param);
 
-  strata::shard_args<P, G> h{master.data(), nullptr, state0.data(), state1.data(), mixed ? param.data() : nullptr,
-                             n, rounding, 99, 5'000};
-  strata::shard_args<P, G> d{d_master.data(), nullptr, d_state0.data(), d_state1.data(),
-                             mixed ? d_param.data() : nullptr, n, rounding, 99, 5'000};
+  strata::shard_args<P, G> h{master.data(), nullptr, state0.data(), state1.data(), mixed ? param.data() : nullptr, n,
+                             rounding,      99,      5'000};
+  strata::shard_args<P, G> d{d_master.data(),
+                             nullptr,
+                             d_state0.data(),
+                             d_state1.data(),
+                             mixed ? d_param.data() : nullptr,
+                             n,
+                             rounding,
+                             99,
+                             5'000};
   strata::cuda_stream stream;
   for (int step = 1; step <= steps; ++step) {
     const auto grad = random_vector<G>(n, 0.1f, gen);
@@ -112,17 +121,23 @@ void compare_drivers(const O& opt, strata::rounding rounding, int steps = 3) {
     // Stochastic rounding takes the other neighbour somewhere; nearest-even never does.
     std::size_t away = 0;
     for (std::size_t i = 100; i < 700'000; ++i) away += !(param[i] == P(master[i]));
-    if (rounding == strata::rounding::stochastic) CHECK(away > 1000);
-    else CHECK(away == 0);
+    if (rounding == strata::rounding::stochastic)
+      CHECK(away > 1000);
+    else
+      CHECK(away == 0);
   }
 }
 
 template <class O>
 void compare_precisions(const O& opt) {
   SECTION("fp32") { compare_drivers<O, float, float>(opt, strata::rounding::nearest_even); }
-  SECTION("bf16 params and grads, nearest even") { compare_drivers<O, bf16, bf16>(opt, strata::rounding::nearest_even); }
+  SECTION("bf16 params and grads, nearest even") {
+    compare_drivers<O, bf16, bf16>(opt, strata::rounding::nearest_even);
+  }
   SECTION("bf16 params and grads, stochastic") { compare_drivers<O, bf16, bf16>(opt, strata::rounding::stochastic); }
-  SECTION("fp16 params and grads, nearest even") { compare_drivers<O, fp16, fp16>(opt, strata::rounding::nearest_even); }
+  SECTION("fp16 params and grads, nearest even") {
+    compare_drivers<O, fp16, fp16>(opt, strata::rounding::nearest_even);
+  }
   SECTION("fp16 params and grads, stochastic") { compare_drivers<O, fp16, fp16>(opt, strata::rounding::stochastic); }
   SECTION("bf16 params, fp32 grads") { compare_drivers<O, bf16, float>(opt, strata::rounding::nearest_even); }
 }
@@ -139,15 +154,11 @@ TEST_CASE("AdamW: CUDA and host drivers give the same bits") {
 }
 
 TEST_CASE("SGD: CUDA and host drivers give the same bits") {
-  SECTION("plain, with weight decay") {
-    compare_precisions(strata::sgd{.weight_decay = 0.01f});
-  }
+  SECTION("plain, with weight decay") { compare_precisions(strata::sgd{.weight_decay = 0.01f}); }
   SECTION("momentum with dampening") {
     compare_precisions(strata::sgd{.momentum = 0.9f, .dampening = 0.1f, .weight_decay = 0.01f});
   }
-  SECTION("nesterov") {
-    compare_precisions(strata::sgd{.momentum = 0.9f, .nesterov = true, .weight_decay = 0.01f});
-  }
+  SECTION("nesterov") { compare_precisions(strata::sgd{.momentum = 0.9f, .nesterov = true, .weight_decay = 0.01f}); }
 }
 
 TEST_CASE("Lion: CUDA and host drivers give the same bits") { compare_precisions(strata::lion{.weight_decay = 0.1f}); }

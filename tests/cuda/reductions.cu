@@ -7,10 +7,10 @@
 #include <limits>
 #include <random>
 #include <span>
-#include <string>
 #include <strata/kernels/cuda_reduce.cuh>
 #include <strata/kernels/reduce.hpp>
 #include <strata/space/cuda.hpp>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -41,8 +41,10 @@ std::vector<T> random_vector(std::size_t n, unsigned seed) {
   std::normal_distribution<float> dist(0.0f, 3.0f);
   std::vector<T> v(n);
   for (auto& x : v) {
-    if constexpr (std::is_same_v<T, float>) x = dist(gen);
-    else x = T(dist(gen));
+    if constexpr (std::is_same_v<T, float>)
+      x = dist(gen);
+    else
+      x = T(dist(gen));
   }
   return v;
 }
@@ -54,13 +56,17 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
 
 template <class T>
 T inf_of() {
-  if constexpr (std::is_same_v<T, float>) return std::numeric_limits<float>::infinity();
-  else return T(std::numeric_limits<float>::infinity());
+  if constexpr (std::is_same_v<T, float>)
+    return std::numeric_limits<float>::infinity();
+  else
+    return T(std::numeric_limits<float>::infinity());
 }
 template <class T>
 T nan_of() {
-  if constexpr (std::is_same_v<T, float>) return std::numeric_limits<float>::quiet_NaN();
-  else return T(std::numeric_limits<float>::quiet_NaN());
+  if constexpr (std::is_same_v<T, float>)
+    return std::numeric_limits<float>::quiet_NaN();
+  else
+    return T(std::numeric_limits<float>::quiet_NaN());
 }
 
 const std::size_t sizes[] = {0, 1, 7, 1000, 65'537, 3'000'001};
@@ -152,8 +158,16 @@ TEST_CASE("scaling and casts give the host's bits") {
   const std::size_t n = 1'000'003;
   auto x = random_vector<float>(n, 21);
   // Values around the 16-bit types' edges: halfway cases, overflow, subnormals, NaN.
-  const float edges[] = {65504.0f, 65520.0f, 1e5f, 3e-8f, 6e-5f, 1.00390625f, -2.0078125f, 1e-40f,
-                         std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  const float edges[] = {65504.0f,
+                         65520.0f,
+                         1e5f,
+                         3e-8f,
+                         6e-5f,
+                         1.00390625f,
+                         -2.0078125f,
+                         1e-40f,
+                         std::numeric_limits<float>::infinity(),
+                         std::numeric_limits<float>::quiet_NaN()};
   for (std::size_t i = 0; i < std::size(edges); ++i) x[i * 1000] = edges[i];
 
   SECTION("scale") {

@@ -38,6 +38,6 @@ TEST_CASE("nvcc counts and names one-field layers") {
   const auto layout = strata::flat_layout::of(m);
   std::vector<std::string> names;
   for (const auto& p : layout.params()) names.push_back(p.name);
-  CHECK(names == std::vector<std::string>{"tokens.weight", "positions.weight", "s.gain", "heads.0.weight",
-                                          "heads.0.bias"});
+  CHECK(names ==
+        std::vector<std::string>{"tokens.weight", "positions.weight", "s.gain", "heads.0.weight", "heads.0.bias"});
 }

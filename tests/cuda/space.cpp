@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
-#include <string>
 #include <strata/space/cuda.hpp>
+#include <string>
 #include <vector>
 
 #include "catch.hpp"

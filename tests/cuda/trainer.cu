@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <string>
 #include <strata/cuda.cuh>
+#include <string>
 
 #include "catch.hpp"
 #include "mlp_run.hpp"
@@ -34,7 +34,8 @@ test::mlp_setup setup() {
 
 template <class Sharding, class Precision = strata::fp32>
 test::mlp_result on_gpu(const test::mlp_setup& s = setup()) {
-  return test::run_mlp<Sharding, strata::adamw, Precision, mlp::model, strata::cuda>(grid(), s, mlp::make_model(s.shape));
+  return test::run_mlp<Sharding, strata::adamw, Precision, mlp::model, strata::cuda>(grid(), s,
+                                                                                     mlp::make_model(s.shape));
 }
 
 template <class Sharding, class Precision = strata::fp32>

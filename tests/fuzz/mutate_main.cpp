@@ -88,14 +88,71 @@ std::vector<bytes> config_seeds(const std::filesystem::path& dir) {
 }
 
 // JSON fragments that reach the typed getters' edge cases.
-const std::vector<std::string> tokens = {
-    "0", "-1", "1", "2", "3", "4", "1e400", "-1e400", "1e308", "18446744073709551615", "18446744073709551616",
-    "9223372036854775807", "-9223372036854775808", "2147483648", "0.5", "1.0", "5e8", "-0", "true", "false", "null",
-    "\"auto\"", "\"\"", "\"cpu\"", "\"none\"", "\"F32\"", "\"BF16\"", "\"F8_E4M3\"", "[]", "{}", "[0,0]", "[1,2,3]",
-    "[4294967296,4294967296]", "\"__metadata__\"", "\"data_offsets\"", "\"shape\"", "\"dtype\"", "{", "}", "[", "]",
-    ",", ":", "\"", "\\", "\\u0000", "\\ud800", "\xff", "\xc3", " ", "\n", "\"stage\"", "\"enabled\"",
-    "\"optimizer\"", "\"scheduler\"", "\"type\"", "\"params\"", "\"betas\"", "[0.9,0.999]", "\"WarmupDecayLR\"",
-    "\"train_batch_size\"", "\"gradient_accumulation_steps\"", "\"fp16\"", "\"bf16\"", "\"zero_optimization\""};
+const std::vector<std::string> tokens = {"0",
+                                         "-1",
+                                         "1",
+                                         "2",
+                                         "3",
+                                         "4",
+                                         "1e400",
+                                         "-1e400",
+                                         "1e308",
+                                         "18446744073709551615",
+                                         "18446744073709551616",
+                                         "9223372036854775807",
+                                         "-9223372036854775808",
+                                         "2147483648",
+                                         "0.5",
+                                         "1.0",
+                                         "5e8",
+                                         "-0",
+                                         "true",
+                                         "false",
+                                         "null",
+                                         "\"auto\"",
+                                         "\"\"",
+                                         "\"cpu\"",
+                                         "\"none\"",
+                                         "\"F32\"",
+                                         "\"BF16\"",
+                                         "\"F8_E4M3\"",
+                                         "[]",
+                                         "{}",
+                                         "[0,0]",
+                                         "[1,2,3]",
+                                         "[4294967296,4294967296]",
+                                         "\"__metadata__\"",
+                                         "\"data_offsets\"",
+                                         "\"shape\"",
+                                         "\"dtype\"",
+                                         "{",
+                                         "}",
+                                         "[",
+                                         "]",
+                                         ",",
+                                         ":",
+                                         "\"",
+                                         "\\",
+                                         "\\u0000",
+                                         "\\ud800",
+                                         "\xff",
+                                         "\xc3",
+                                         " ",
+                                         "\n",
+                                         "\"stage\"",
+                                         "\"enabled\"",
+                                         "\"optimizer\"",
+                                         "\"scheduler\"",
+                                         "\"type\"",
+                                         "\"params\"",
+                                         "\"betas\"",
+                                         "[0.9,0.999]",
+                                         "\"WarmupDecayLR\"",
+                                         "\"train_batch_size\"",
+                                         "\"gradient_accumulation_steps\"",
+                                         "\"fp16\"",
+                                         "\"bf16\"",
+                                         "\"zero_optimization\""};
 
 class mutator {
  public:
@@ -162,7 +219,7 @@ class mutator {
         std::uint64_t n = 0;
         for (int i = 7; i >= 0; --i) n = (n << 8) | b[static_cast<std::size_t>(i)];
         const std::uint64_t choices[] = {n + 1 + pick(8), n - 1 - pick(8), b.size() - 8, b.size() - 7,
-                                         100'000'000, 100'000'001, ~0ull, rng_()};
+                                         100'000'000,     100'000'001,     ~0ull,        rng_()};
         n = choices[pick(std::size(choices))];
         for (int i = 0; i < 8; ++i) b[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(n >> (8 * i));
         break;
@@ -182,10 +239,14 @@ int main(int argc, char** argv) {
   std::filesystem::path write_seeds;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--inputs") inputs = std::atol(argv[i + 1]);
-    else if (a == "--seed") seed = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (a == "--configs") configs = argv[i + 1];
-    else if (a == "--write-seeds") write_seeds = argv[i + 1];
+    if (a == "--inputs")
+      inputs = std::atol(argv[i + 1]);
+    else if (a == "--seed")
+      seed = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--configs")
+      configs = argv[i + 1];
+    else if (a == "--write-seeds")
+      write_seeds = argv[i + 1];
     else {
       std::fprintf(stderr, "usage: fuzz_io_mutate [--inputs N] [--seed S] [--configs DIR] [--write-seeds DIR]\n");
       return 2;
@@ -224,9 +285,10 @@ int main(int argc, char** argv) {
     }
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("fuzz_io_mutate seed %llu: %ld inputs in %.1f s; safetensors %ld (%ld accepted, %ld rejected), "
-              "config %ld (%ld accepted, %ld rejected); no crash, no sanitizer report\n",
-              static_cast<unsigned long long>(seed), inputs, s, st_runs, st_ok, st_runs - st_ok, cfg_runs, cfg_ok,
-              cfg_runs - cfg_ok);
+  std::printf(
+      "fuzz_io_mutate seed %llu: %ld inputs in %.1f s; safetensors %ld (%ld accepted, %ld rejected), "
+      "config %ld (%ld accepted, %ld rejected); no crash, no sanitizer report\n",
+      static_cast<unsigned long long>(seed), inputs, s, st_runs, st_ok, st_runs - st_ok, cfg_runs, cfg_ok,
+      cfg_runs - cfg_ok);
   return 0;
 }

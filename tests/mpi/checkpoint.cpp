@@ -8,8 +8,8 @@
 #include <fstream>
 
 #include "catch.hpp"
-#include "shared_dir.hpp"
 #include "mlp_run.hpp"
+#include "shared_dir.hpp"
 
 using namespace strata;
 namespace fs = std::filesystem;
@@ -59,7 +59,8 @@ void check_resume_bit_identical(const char* tag) {
   shared_dir dir(env.world(), tag);
   test::mlp_setup s;
   s.opts.micro_batches = 2;
-  if constexpr (std::is_same_v<P, mixed<fp16>>) s.opts.loss_scaler.loss_scale_window = 3;  // scale changes inside the run
+  if constexpr (std::is_same_v<P, mixed<fp16>>)
+    s.opts.loss_scaler.loss_scale_window = 3;  // scale changes inside the run
   mlp_trainer<S, adamw, P> straight(g, mlp::make_model(s.shape), s.opts);
   train(straight, s, 0, 20);
   const auto want = weights_hash(straight.gather_master());
@@ -193,7 +194,8 @@ TEST_CASE("corrupt, truncated and foreign checkpoints are refused, naming the fi
     tr.load(dir.path);
     FAIL("a checkpoint of another model loaded");
   } catch (const checkpoint_error& e) {
-    CHECK_THAT(std::string(e.what()), Catch::Contains("manifest.json") && Catch::Contains("checkpoint of another model"));
+    CHECK_THAT(std::string(e.what()),
+               Catch::Contains("manifest.json") && Catch::Contains("checkpoint of another model"));
   }
   // A directory with no checkpoint.
   CHECK_THROWS_WITH(tr.load(dir.path / "nothing"), Catch::Contains("no checkpoint here"));

@@ -10,10 +10,10 @@
 #include <fstream>
 #include <optional>
 
+#include <strata/strata.hpp>
 #include "../../examples/gpt/model.hpp"
 #include "catch.hpp"
 #include "shared_dir.hpp"
-#include <strata/strata.hpp>
 
 using namespace strata;
 namespace fs = std::filesystem;
@@ -113,7 +113,8 @@ void check_reshard(layout from, layout to, const char* tag) {
     INFO(tag << ": loss after load " << loss << ", saved " << saved_loss << ", relative difference "
              << std::abs(loss - saved_loss) / std::abs(saved_loss));
     if (sg.g->dp_rank() == 0 && sg.g->tp_rank() == 0 && sg.g->pp_rank() == 0)
-      std::printf("%s: loss relative difference after load %.3g\n", tag, std::abs(loss - saved_loss) / std::abs(saved_loss));
+      std::printf("%s: loss relative difference after load %.3g\n", tag,
+                  std::abs(loss - saved_loss) / std::abs(saved_loss));
     CHECK(std::abs(loss - saved_loss) <= 1e-6f * std::abs(saved_loss));
     train(tr, 4, 5);  // and it trains on
   }
@@ -177,7 +178,8 @@ TEST_CASE("a tp x pp checkpoint of another model or with a corrupt shard is refu
   wide.heads = 4;
   grid dp4(w);
   gpt_trainer<replicated> other(dp4, gpt::make_model(wide), options());
-  CHECK_THROWS_WITH(other.load(dir.path), Catch::Contains("manifest.json") && Catch::Contains("checkpoint of another model"));
+  CHECK_THROWS_WITH(other.load(dir.path),
+                    Catch::Contains("manifest.json") && Catch::Contains("checkpoint of another model"));
 
   // A flipped bit in world rank 3's shard (tensor rank 1 of the last stage).
   const fs::path shard = dir.path / "step-00000002" / "rank-00003.bin";

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "catch.hpp"
 #include <strata/comm/communicator.hpp>
 #include <strata/comm/environment.hpp>
+#include "catch.hpp"
 
 using strata::reduce_op;
 

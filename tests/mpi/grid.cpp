@@ -5,9 +5,9 @@
 #include <numeric>
 #include <vector>
 
-#include "catch.hpp"
 #include <strata/comm/environment.hpp>
 #include <strata/comm/grid.hpp>
+#include "catch.hpp"
 
 namespace {
 

@@ -8,9 +8,9 @@
 #include <thread>
 #include <vector>
 
-#include "catch.hpp"
 #include <strata/comm/environment.hpp>
 #include <strata/space/host.hpp>
+#include "catch.hpp"
 
 namespace {
 

@@ -403,9 +403,7 @@ TEST_CASE("sizes that do not divide over the tensor ranks are config_errors nami
                  "vocab_parallel_embedding: 10 vocabulary entries do not divide over 4 tensor-parallel ranks");
   CHECK_CONTAINS(message([] { sp::make_vocab_parallel_cross_entropy(10, 0, 4); }),
                  "vocab_parallel_cross_entropy: 10 vocabulary entries do not divide over 4");
-  CHECK_CONTAINS(message([] {
-                   gpt::make_model(gpt::config{16, 8, 24, 6, 1}, 0, 4);
-                 }),
+  CHECK_CONTAINS(message([] { gpt::make_model(gpt::config{16, 8, 24, 6, 1}, 0, 4); }),
                  "attention: 6 heads do not divide over 4 tensor-parallel ranks");
   CHECK_CONTAINS(message([] { sp::make_column_parallel_linear(4, 8, 4, 4); }),
                  "tensor-parallel rank 4 is not in [0, 4)");

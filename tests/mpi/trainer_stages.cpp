@@ -28,8 +28,12 @@ void check_all_stages_equal() {
 }  // namespace
 
 TEST_CASE("every ZeRO stage gives bitwise identical weights (fp32, AdamW)") { check_all_stages_equal<adamw, fp32>(); }
-TEST_CASE("every ZeRO stage gives bitwise identical weights (bf16, AdamW)") { check_all_stages_equal<adamw, mixed<bf16>>(); }
-TEST_CASE("every ZeRO stage gives bitwise identical weights (fp16, SGD)") { check_all_stages_equal<sgd, mixed<fp16>>(); }
+TEST_CASE("every ZeRO stage gives bitwise identical weights (bf16, AdamW)") {
+  check_all_stages_equal<adamw, mixed<bf16>>();
+}
+TEST_CASE("every ZeRO stage gives bitwise identical weights (fp16, SGD)") {
+  check_all_stages_equal<sgd, mixed<fp16>>();
+}
 TEST_CASE("every ZeRO stage gives bitwise identical weights (fp32, Lion)") { check_all_stages_equal<lion, fp32>(); }
 
 TEST_CASE("two identical runs give the same weights hash") {

@@ -5,8 +5,8 @@
 
 #include <filesystem>
 #include <span>
-#include <string>
 #include <strata/comm/environment.hpp>
+#include <string>
 
 namespace test {
 

@@ -66,7 +66,10 @@ json values_of(const strata::safetensors_file& f, const std::string& name) {
 json dump_values(const strata::safetensors_file& f, const strata::tensor_info& t) {
   using strata::dtype;
   switch (t.dtype) {
-    case dtype::f64: case dtype::f32: case dtype::bf16: case dtype::f16: return values_of<double>(f, t.name);
+    case dtype::f64:
+    case dtype::f32:
+    case dtype::bf16:
+    case dtype::f16: return values_of<double>(f, t.name);
     case dtype::i64: return values_of<std::int64_t>(f, t.name);
     case dtype::i32: return values_of<std::int32_t>(f, t.name);
     case dtype::i16: return values_of<std::int16_t>(f, t.name);
@@ -103,9 +106,8 @@ int dump(const char* path) {
   out["names"] = f.names();
   out["tensors"] = json::object();
   for (const auto& t : f.header().tensors)
-    out["tensors"][t.name] = {{"dtype", std::string(strata::name_of(t.dtype))},
-                              {"shape", t.shape},
-                              {"values", dump_values(f, t)}};
+    out["tensors"][t.name] = {
+        {"dtype", std::string(strata::name_of(t.dtype))}, {"shape", t.shape}, {"values", dump_values(f, t)}};
   // nlohmann writes each double as the shortest decimal that reads back to it: exact in Python.
   std::cout << out.dump() << "\n";
   return 0;

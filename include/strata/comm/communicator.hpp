@@ -57,7 +57,8 @@ concept comm_has_split = requires(C& c, int color, int key) {
 }  // namespace detail
 
 template <class C>
-concept communicator = std::movable<C> && detail::comm_has_rank_size<C> && detail::comm_has_all_reduce<C> &&
+concept communicator =
+    std::movable<C> && detail::comm_has_rank_size<C> && detail::comm_has_all_reduce<C> &&
     detail::comm_has_reduce_scatter<C> && detail::comm_has_all_gather<C> && detail::comm_has_broadcast<C> &&
     detail::comm_has_send_recv<C> && detail::comm_has_barrier<C> && detail::comm_has_split<C>;
 

@@ -122,7 +122,10 @@ class environment {
   // MPI may remove its own arguments from argv.
   environment(int& argc, char**& argv) { acquire(&argc, &argv); }
   template <class Int>
-  requires std::is_same_v<Int, int> environment(Int argc, char** argv) { acquire(&argc, &argv); }
+  requires std::is_same_v<Int, int>
+  environment(Int argc, char** argv) {
+    acquire(&argc, &argv);
+  }
   environment(const environment&) = delete;
   environment& operator=(const environment&) = delete;
   // The last instance finalizes MPI, if strata initialised it.

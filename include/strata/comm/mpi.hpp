@@ -55,13 +55,14 @@ class mpi_comm {
     return submit(all_reduce_task(data, op));
   }
   template <class U, comm_element T>
-  requires std::is_same_v<std::remove_const_t<U>, T> request reduce_scatter_async(std::span<U> in, std::span<T> out,
-                                                                                  reduce_op op = reduce_op::sum) {
+  requires std::is_same_v<std::remove_const_t<U>, T>
+  request reduce_scatter_async(std::span<U> in, std::span<T> out, reduce_op op = reduce_op::sum) {
     return submit(reduce_scatter_task(in, out, op));
   }
   // `in` may be out's own block (out.subspan(rank() * in.size(), in.size())): gathered in place.
   template <class U, comm_element T>
-  requires std::is_same_v<std::remove_const_t<U>, T> request all_gather_async(std::span<U> in, std::span<T> out) {
+  requires std::is_same_v<std::remove_const_t<U>, T>
+  request all_gather_async(std::span<U> in, std::span<T> out) {
     return submit(all_gather_task(in, out));
   }
   template <comm_element T>
@@ -69,7 +70,8 @@ class mpi_comm {
     return submit(broadcast_task(data, root));
   }
   template <class U>
-  requires comm_element<std::remove_const_t<U>> request send_async(std::span<U> data, int dest, int tag = 0) {
+  requires comm_element<std::remove_const_t<U>>
+  request send_async(std::span<U> data, int dest, int tag = 0) {
     return submit(p2p_task<std::remove_const_t<U>>(detail::mpi_task::kind::send, data.data(), data.size(), dest, tag));
   }
   template <comm_element T>
@@ -90,7 +92,9 @@ class mpi_comm {
   }
   template <class U, comm_element T>
   requires std::is_same_v<std::remove_const_t<U>, T>
-  void all_gather(std::span<U> in, std::span<T> out) { run(all_gather_task(in, out)); }
+  void all_gather(std::span<U> in, std::span<T> out) {
+    run(all_gather_task(in, out));
+  }
   template <comm_element T>
   void broadcast(std::span<T> data, int root) {
     run(broadcast_task(data, root));
@@ -99,7 +103,9 @@ class mpi_comm {
   // receive queued before it and the matching traffic can all be in flight together.
   template <class U>
   requires comm_element<std::remove_const_t<U>>
-  void send(std::span<U> data, int dest, int tag = 0) { send_async(data, dest, tag).wait(); }
+  void send(std::span<U> data, int dest, int tag = 0) {
+    send_async(data, dest, tag).wait();
+  }
   template <comm_element T>
   void recv(std::span<T> data, int src, int tag = 0) {
     recv_async(data, src, tag).wait();

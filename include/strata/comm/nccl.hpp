@@ -50,7 +50,7 @@ class nccl_comm {
   // Collective over `host` (an mpi_comm or self_comm of the same processes): rank 0 makes
   // the ncclUniqueId and the host communicator broadcasts it.
   template <class HostComm>
-    requires(!std::same_as<HostComm, nccl_comm>) && communicator<HostComm>
+  requires(!std::same_as<HostComm, nccl_comm>) && communicator<HostComm>
   explicit nccl_comm(HostComm& host, nccl_options opt = {}) {
     const int device = opt.device >= 0 ? opt.device : current_device();
     std::array<std::uint8_t, sizeof(ncclUniqueId)> id{};
@@ -112,7 +112,7 @@ class nccl_comm {
   }
 
   template <class U, comm_element T>
-    requires std::is_same_v<std::remove_const_t<U>, T>
+  requires std::is_same_v<std::remove_const_t<U>, T>
   request reduce_scatter_async(std::span<U> in, std::span<T> out, reduce_op op = reduce_op::sum) {
     const std::size_t p = static_cast<std::size_t>(size());
     expects<comm_error>(in.size() == out.size() * p, [&] {
@@ -130,7 +130,7 @@ class nccl_comm {
 
   // `in` may be out's own block (out.subspan(rank() * in.size(), in.size())): gathered in place.
   template <class U, comm_element T>
-    requires std::is_same_v<std::remove_const_t<U>, T>
+  requires std::is_same_v<std::remove_const_t<U>, T>
   request all_gather_async(std::span<U> in, std::span<T> out) {
     const std::size_t p = static_cast<std::size_t>(size());
     expects<comm_error>(out.size() == in.size() * p, [&] {
@@ -158,7 +158,7 @@ class nccl_comm {
   }
 
   template <class U>
-    requires comm_element<std::remove_const_t<U>>
+  requires comm_element<std::remove_const_t<U>>
   request send_async(std::span<U> data, int dest, int tag = 0) {
     check_peer(dest, "send destination");
     check_tag(tag);
@@ -181,7 +181,7 @@ class nccl_comm {
   // A send to `dest` and a receive from `src` in one NCCL group, so two ranks that
   // exchange (pipeline stages, a ring step, or a rank with itself) cannot deadlock.
   template <class U, comm_element T>
-    requires std::is_same_v<std::remove_const_t<U>, T>
+  requires std::is_same_v<std::remove_const_t<U>, T>
   request send_recv_async(std::span<U> out, int dest, std::span<T> in, int src, int tag = 0) {
     check_rank(dest, "send destination");
     check_rank(src, "recv source");
@@ -201,29 +201,40 @@ class nccl_comm {
   // An all_reduce of one word: complete when every rank has reached it.
   request barrier_async() {
     int* word = state().barrier_word();
-    return run("barrier", [&](ncclComm_t c, cudaStream_t s) { return ncclAllReduce(word, word, 1, ncclInt32, ncclSum, c, s); });
+    return run("barrier",
+               [&](ncclComm_t c, cudaStream_t s) { return ncclAllReduce(word, word, 1, ncclInt32, ncclSum, c, s); });
   }
 
   // ---- blocking forms: queued, then the compute stream waits (the host does not) ----
   template <comm_element T>
-  void all_reduce(std::span<T> data, reduce_op op = reduce_op::sum) { all_reduce_async(data, op).wait(); }
+  void all_reduce(std::span<T> data, reduce_op op = reduce_op::sum) {
+    all_reduce_async(data, op).wait();
+  }
   template <class U, comm_element T>
-    requires std::is_same_v<std::remove_const_t<U>, T>
+  requires std::is_same_v<std::remove_const_t<U>, T>
   void reduce_scatter(std::span<U> in, std::span<T> out, reduce_op op = reduce_op::sum) {
     reduce_scatter_async(in, out, op).wait();
   }
   template <class U, comm_element T>
-    requires std::is_same_v<std::remove_const_t<U>, T>
-  void all_gather(std::span<U> in, std::span<T> out) { all_gather_async(in, out).wait(); }
+  requires std::is_same_v<std::remove_const_t<U>, T>
+  void all_gather(std::span<U> in, std::span<T> out) {
+    all_gather_async(in, out).wait();
+  }
   template <comm_element T>
-  void broadcast(std::span<T> data, int root) { broadcast_async(data, root).wait(); }
+  void broadcast(std::span<T> data, int root) {
+    broadcast_async(data, root).wait();
+  }
   template <class U>
-    requires comm_element<std::remove_const_t<U>>
-  void send(std::span<U> data, int dest, int tag = 0) { send_async(data, dest, tag).wait(); }
+  requires comm_element<std::remove_const_t<U>>
+  void send(std::span<U> data, int dest, int tag = 0) {
+    send_async(data, dest, tag).wait();
+  }
   template <comm_element T>
-  void recv(std::span<T> data, int src, int tag = 0) { recv_async(data, src, tag).wait(); }
+  void recv(std::span<T> data, int src, int tag = 0) {
+    recv_async(data, src, tag).wait();
+  }
   template <class U, comm_element T>
-    requires std::is_same_v<std::remove_const_t<U>, T>
+  requires std::is_same_v<std::remove_const_t<U>, T>
   void send_recv(std::span<U> out, int dest, std::span<T> in, int src, int tag = 0) {
     send_recv_async(out, dest, in, src, tag).wait();
   }
@@ -238,7 +249,8 @@ class nccl_comm {
   // Collective: ranks with the same color form a communicator (ncclCommSplit), ordered
   // by key then rank. It shares this one's device and compute stream.
   nccl_comm split(int color, int key) {
-    expects<comm_error>(color >= 0, [&] { return strata::cat("split of ", name(), ": color ", color, " must be >= 0"); });
+    expects<comm_error>(color >= 0,
+                        [&] { return strata::cat("split of ", name(), ": color ", color, " must be >= 0"); });
     auto& s = state();
     device_guard g(s.device());
     ncclComm_t child = nullptr;

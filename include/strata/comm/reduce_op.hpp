@@ -27,7 +27,7 @@ constexpr std::string_view name_of(reduce_op op) {
 // round to nearest even, which is what NCCL does for them too.
 template <class T>
 concept comm_element = std::same_as<T, float> || std::same_as<T, double> || std::same_as<T, bf16> ||
-    std::same_as<T, fp16> || std::same_as<T, std::int32_t> || std::same_as<T, std::int64_t> ||
-    std::same_as<T, std::uint8_t> || std::same_as<T, std::uint64_t>;
+                       std::same_as<T, fp16> || std::same_as<T, std::int32_t> || std::same_as<T, std::int64_t> ||
+                       std::same_as<T, std::uint8_t> || std::same_as<T, std::uint64_t>;
 
 }  // namespace strata

@@ -121,8 +121,8 @@ class self_comm {
   // Kept for parity with mpi_comm: nothing here can hang.
   std::chrono::duration<double> timeout() const { return timeout_; }
   void set_timeout(std::chrono::duration<double> t) {
-    expects<config_error>(
-        t.count() > 0, [&] { return strata::cat("communicator time-out of ", t.count(), " s: must be positive"); });
+    expects<config_error>(t.count() > 0,
+                          [&] { return strata::cat("communicator time-out of ", t.count(), " s: must be positive"); });
     timeout_ = t;
   }
 
@@ -132,8 +132,8 @@ class self_comm {
     return {};
   }
   template <class U, comm_element T>
-  requires std::is_same_v<std::remove_const_t<U>, T> request reduce_scatter_async(std::span<U> in, std::span<T> out,
-                                                                                  reduce_op = reduce_op::sum) {
+  requires std::is_same_v<std::remove_const_t<U>, T>
+  request reduce_scatter_async(std::span<U> in, std::span<T> out, reduce_op = reduce_op::sum) {
     expects<comm_error>(in.size() == out.size(), [&] {
       return strata::cat("reduce_scatter on ", name_, ": input has ", in.size(), " elements, expected out (",
                          out.size(), ") x size (1)");
@@ -142,7 +142,8 @@ class self_comm {
     return {};
   }
   template <class U, comm_element T>
-  requires std::is_same_v<std::remove_const_t<U>, T> request all_gather_async(std::span<U> in, std::span<T> out) {
+  requires std::is_same_v<std::remove_const_t<U>, T>
+  request all_gather_async(std::span<U> in, std::span<T> out) {
     expects<comm_error>(in.size() == out.size(), [&] {
       return strata::cat("all_gather on ", name_, ": output has ", out.size(), " elements, expected in (", in.size(),
                          ") x size (1)");
@@ -156,7 +157,8 @@ class self_comm {
     return {};
   }
   template <class U>
-  requires comm_element<std::remove_const_t<U>> request send_async(std::span<U> data, int dest, int tag = 0) {
+  requires comm_element<std::remove_const_t<U>>
+  request send_async(std::span<U> data, int dest, int tag = 0) {
     check_rank(dest, "send destination");
     check_tag(tag);
     mailbox_->send(data.data(), data.size(), dtype_v<std::remove_const_t<U>>, tag, name_);
@@ -182,14 +184,18 @@ class self_comm {
   }
   template <class U, comm_element T>
   requires std::is_same_v<std::remove_const_t<U>, T>
-  void all_gather(std::span<U> in, std::span<T> out) { all_gather_async(in, out).wait(); }
+  void all_gather(std::span<U> in, std::span<T> out) {
+    all_gather_async(in, out).wait();
+  }
   template <comm_element T>
   void broadcast(std::span<T> data, int root) {
     broadcast_async(data, root).wait();
   }
   template <class U>
   requires comm_element<std::remove_const_t<U>>
-  void send(std::span<U> data, int dest, int tag = 0) { send_async(data, dest, tag).wait(); }
+  void send(std::span<U> data, int dest, int tag = 0) {
+    send_async(data, dest, tag).wait();
+  }
   template <comm_element T>
   void recv(std::span<T> data, int src, int tag = 0) {
     check_rank(src, "recv source");

@@ -56,19 +56,35 @@ class buffer {
 
   // Element access is only for host-readable spaces.
   T& operator[](std::size_t i) noexcept
-    requires Space::host_accessible
+  requires Space::host_accessible
   {
     return data_[i];
   }
   const T& operator[](std::size_t i) const noexcept
-    requires Space::host_accessible
+  requires Space::host_accessible
   {
     return data_[i];
   }
-  T* begin() noexcept requires Space::host_accessible { return data_; }
-  T* end() noexcept requires Space::host_accessible { return data_ + size_; }
-  const T* begin() const noexcept requires Space::host_accessible { return data_; }
-  const T* end() const noexcept requires Space::host_accessible { return data_ + size_; }
+  T* begin() noexcept
+  requires Space::host_accessible
+  {
+    return data_;
+  }
+  T* end() noexcept
+  requires Space::host_accessible
+  {
+    return data_ + size_;
+  }
+  const T* begin() const noexcept
+  requires Space::host_accessible
+  {
+    return data_;
+  }
+  const T* end() const noexcept
+  requires Space::host_accessible
+  {
+    return data_ + size_;
+  }
 
  private:
   void release() noexcept {

@@ -163,10 +163,18 @@ inline constexpr dtype dtype_v = dtype_of<std::remove_cv_t<T>>::value;
 
 constexpr std::size_t size_of(dtype t) {
   switch (t) {
-    case dtype::f64: case dtype::i64: case dtype::u64: return 8;
-    case dtype::f32: case dtype::i32: case dtype::u32: return 4;
-    case dtype::bf16: case dtype::f16: case dtype::u16: case dtype::i16: return 2;
-    case dtype::u8: case dtype::i8: return 1;
+    case dtype::f64:
+    case dtype::i64:
+    case dtype::u64: return 8;
+    case dtype::f32:
+    case dtype::i32:
+    case dtype::u32: return 4;
+    case dtype::bf16:
+    case dtype::f16:
+    case dtype::u16:
+    case dtype::i16: return 2;
+    case dtype::u8:
+    case dtype::i8: return 1;
   }
   return 0;
 }
@@ -192,8 +200,8 @@ constexpr std::string_view name_of(dtype t) {
 
 // Parses a safetensors dtype name; false when unknown.
 constexpr bool parse_dtype(std::string_view s, dtype& out) {
-  for (auto t : {dtype::f32, dtype::f64, dtype::bf16, dtype::f16, dtype::i32, dtype::i64, dtype::u8,
-                 dtype::u16, dtype::u32, dtype::u64, dtype::i8, dtype::i16})
+  for (auto t : {dtype::f32, dtype::f64, dtype::bf16, dtype::f16, dtype::i32, dtype::i64, dtype::u8, dtype::u16,
+                 dtype::u32, dtype::u64, dtype::i8, dtype::i16})
     if (name_of(t) == s) {
       out = t;
       return true;

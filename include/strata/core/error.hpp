@@ -64,8 +64,7 @@ inline std::string where(const std::source_location& loc) {
 // at the call site is accepted too, but is built even when the check passes: keep
 // that form off hot paths.)
 template <class E = error, class Message>
-inline void expects(bool cond, Message&& message,
-                    const std::source_location loc = std::source_location::current()) {
+inline void expects(bool cond, Message&& message, const std::source_location loc = std::source_location::current()) {
   if (cond) [[likely]]
     return;
   std::string text;

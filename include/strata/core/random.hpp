@@ -29,9 +29,7 @@ class random_stream {
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   }
 
-  static double unit_open(std::uint64_t bits) noexcept {
-    return (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53;
-  }
+  static double unit_open(std::uint64_t bits) noexcept { return (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53; }
 
  private:
   constexpr explicit random_stream(std::uint64_t key) noexcept : key_(key) {}

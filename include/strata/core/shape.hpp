@@ -18,7 +18,8 @@ struct shape {
 
   constexpr shape() = default;
   shape(std::initializer_list<std::int64_t> d) {
-    expects<config_error>(d.size() <= max_rank, [&] { return strata::cat("shape of rank ", d.size(), ": at most 4 dimensions"); });
+    expects<config_error>(d.size() <= max_rank,
+                          [&] { return strata::cat("shape of rank ", d.size(), ": at most 4 dimensions"); });
     for (auto v : d) {
       expects<config_error>(v >= 0, [&] { return strata::cat("shape extent ", v, " is negative"); });
       dims[rank++] = v;

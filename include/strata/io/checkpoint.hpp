@@ -49,9 +49,9 @@ struct checkpoint_state {
   const bucket_plan* plan = nullptr;
   std::string optimizer, precision;
   int state_slots = 0, stage = 0, dp_rank = 0, dp_size = 1, tp = 1, pp = 1, tp_rank = 0, pp_rank = 0;
-  bool replicated_master = false;  // stage 0: every data-parallel rank holds the whole master
+  bool replicated_master = false;                  // stage 0: every data-parallel rank holds the whole master
   float* arrays[3] = {nullptr, nullptr, nullptr};  // master, state0, state1
-  std::size_t owned = 0;                            // elements in each array
+  std::size_t owned = 0;                           // elements in each array
   // Calls f(padded_offset, index_in_arrays, n) for the parts of [lo, hi) this rank holds.
   std::function<void(std::size_t, std::size_t, const std::function<void(std::size_t, std::size_t, std::size_t)>&)>
       for_each_owned;
@@ -122,15 +122,18 @@ inline nlohmann::json group_entry(const checkpoint_state& s, const std::vector<s
   g["elements_per_file"] = s.owned;
   g["params"] = nlohmann::json::array();
   for (std::size_t i = 0; i < s.names.size(); ++i)
-    g["params"].push_back(to_json(saved_param{s.names[i], s.shapes[i], s.full_shapes[i], s.shard_dims[i], s.shard_offsets[i],
-                                              s.param_offset[i]}));
+    g["params"].push_back(to_json(saved_param{s.names[i], s.shapes[i], s.full_shapes[i], s.shard_dims[i],
+                                              s.shard_offsets[i], s.param_offset[i]}));
   g["buckets"] = nlohmann::json::array();
   for (const auto& b : s.plan->buckets())
-    g["buckets"].push_back({{"offset", b.offset}, {"size", b.size}, {"piece", b.piece}, {"shard_offset", b.shard_offset}});
+    g["buckets"].push_back(
+        {{"offset", b.offset}, {"size", b.size}, {"piece", b.piece}, {"shard_offset", b.shard_offset}});
   const int files = s.replicated_master ? 1 : s.dp_size;
   for (int r = 0; r < files; ++r)
-    g["files"].push_back({{"name", rank_file_name(static_cast<int>(sums[3 * r + 2]))}, {"dp_rank", r},
-                          {"bytes", sums[3 * r + 1]}, {"checksum", hex(sums[3 * r])}});
+    g["files"].push_back({{"name", rank_file_name(static_cast<int>(sums[3 * r + 2]))},
+                          {"dp_rank", r},
+                          {"bytes", sums[3 * r + 1]},
+                          {"checksum", hex(sums[3 * r])}});
   return g;
 }
 
@@ -191,7 +194,8 @@ void save_checkpoint(Comm& world, Comm& dp, const checkpoint_state& s, const std
   dp.all_gather(std::span<const std::uint64_t>(sums, 3), std::span<std::uint64_t>(all));
 
   // Each group's data-parallel rank 0 describes its group; world rank 0 writes the manifest.
-  const auto groups = detail::all_gather_strings(world, dp.rank() == 0 ? detail::group_entry(s, all).dump() : std::string());
+  const auto groups =
+      detail::all_gather_strings(world, dp.rank() == 0 ? detail::group_entry(s, all).dump() : std::string());
   if (world.rank() == 0) {
     try {
       nlohmann::json m;
@@ -291,7 +295,8 @@ void load_checkpoint(Comm& world, checkpoint_state& s, const std::filesystem::pa
     // The model must be the same: names and full shapes of every param, in order.
     const auto saved = detail::saved_model(groups);
     if (saved.size() != s.model_names.size())
-      fail(strata::cat("checkpoint of another model: ", saved.size(), " params, this model has ", s.model_names.size()));
+      fail(
+          strata::cat("checkpoint of another model: ", saved.size(), " params, this model has ", s.model_names.size()));
     for (std::size_t i = 0; i < saved.size(); ++i)
       if (saved[i]->name != s.model_names[i] || !(saved[i]->full == s.model_full_shapes[i]))
         fail(strata::cat("checkpoint of another model: param ", i, " is '", saved[i]->name, "' of shape ",
@@ -306,7 +311,8 @@ void load_checkpoint(Comm& world, checkpoint_state& s, const std::filesystem::pa
     std::vector<std::pair<std::size_t, std::size_t>> numbered;
     for (std::size_t g = 0; g < groups.size(); ++g) {
       auto& gr = groups[g];
-      if (gr.files.size() != (gr.replicated ? 1u : lay.at("dp").get<std::size_t>())) fail("file count disagrees with the layout");
+      if (gr.files.size() != (gr.replicated ? 1u : lay.at("dp").get<std::size_t>()))
+        fail("file count disagrees with the layout");
       for (std::size_t f = 0; f < gr.files.size(); ++f, ++k) {
         auto& file = gr.files[f];
         numbered.push_back({g, f});
@@ -343,11 +349,13 @@ void load_checkpoint(Comm& world, checkpoint_state& s, const std::filesystem::pa
     } r;
     auto flush = [&] {
       for (int a = 0; r.n > 0 && a < 1 + slots; ++a)
-        r.file->read_at(s.arrays[a] + r.dst, r.n * sizeof(float), (static_cast<std::size_t>(a) * r.per_file + r.pos) * sizeof(float));
+        r.file->read_at(s.arrays[a] + r.dst, r.n * sizeof(float),
+                        (static_cast<std::size_t>(a) * r.per_file + r.pos) * sizeof(float));
       r.n = 0;
     };
     for (std::size_t i = 0; i < s.names.size(); ++i) {
-      const detail::saved_param mine{s.names[i], s.shapes[i], s.full_shapes[i], s.shard_dims[i], s.shard_offsets[i], s.param_offset[i]};
+      const detail::saved_param mine{s.names[i],      s.shapes[i],        s.full_shapes[i],
+                                     s.shard_dims[i], s.shard_offsets[i], s.param_offset[i]};
       const auto found = index.find(mine.name);
       if (found == index.end()) fail(strata::cat("no saved param '", mine.name, "'"));
       const auto& slices = found->second;
@@ -358,12 +366,14 @@ void load_checkpoint(Comm& world, checkpoint_state& s, const std::filesystem::pa
           const std::size_t full = detail::local_to_full(mine, padded - lo + j);
           std::size_t local = detail::full_to_local(groups[slices[hint].first].params[slices[hint].second], full);
           for (std::size_t t = 0; local == detail::npos && t < slices.size(); ++t)
-            if ((local = detail::full_to_local(groups[slices[t].first].params[slices[t].second], full)) != detail::npos) hint = t;
+            if ((local = detail::full_to_local(groups[slices[t].first].params[slices[t].second], full)) != detail::npos)
+              hint = t;
           if (local == detail::npos) fail(strata::cat("element ", full, " of '", mine.name, "' is in no saved slice"));
           const auto& gr = groups[slices[hint].first];
           const auto& old = gr.params[slices[hint].second];
           const auto at = gr.locate(old.offset + local, where);
-          const std::size_t c = std::min({n - j, detail::local_run(mine, padded - lo + j), detail::full_run(old, full), at.count});
+          const std::size_t c =
+              std::min({n - j, detail::local_run(mine, padded - lo + j), detail::full_run(old, full), at.count});
           const auto* file = gr.files[at.file].handle.get();
           if (r.n > 0 && r.file == file && at.pos == r.pos + r.n && dst + j == r.dst + r.n) {
             r.n += c;

@@ -67,7 +67,7 @@ struct run_config {
   adamw adamw_params{.weight_decay = 0.0f};
   sgd sgd_params{};
   lion lion_params{};
-  std::string scheduler;        // "" (constant lr), WarmupLR, WarmupDecayLR, WarmupCosineLR
+  std::string scheduler;  // "" (constant lr), WarmupLR, WarmupDecayLR, WarmupCosineLR
   lr_schedule schedule = lr_schedule::constant(1e-3);
 
   int steps_per_print = 10;
@@ -143,8 +143,7 @@ inline void read_batch(json_reader& r, run_config& c) {
   if (auto v = r.integer("train_batch_size", 1, big, auto_value::absent)) c.train_batch_size = *v;
   if (auto v = r.integer("train_micro_batch_size_per_gpu", 1, big, auto_value::absent))
     c.train_micro_batch_size_per_gpu = *v;
-  if (auto v = r.integer("gradient_accumulation_steps", 1, big, auto_value::absent))
-    c.gradient_accumulation_steps = *v;
+  if (auto v = r.integer("gradient_accumulation_steps", 1, big, auto_value::absent)) c.gradient_accumulation_steps = *v;
   if (auto v = r.number("gradient_clipping", 0.0, std::numeric_limits<float>::max(), "a number >= 0"))
     c.gradient_clipping = static_cast<float>(*v);
   if (auto v = r.integer("steps_per_print", 1, big)) c.steps_per_print = static_cast<int>(*v);
@@ -162,7 +161,8 @@ inline void read_zero(json_reader& root, run_config& c) {
   if (z.has("offload_param")) {
     json_reader o = child(z, "offload_param");
     if (auto d = o.one_of("device", {"cpu", "nvme", "none"}); d && *d != "none")
-      o.fail("device", cat("is \"", *d, "\": strata offloads the optimizer state (offload_optimizer), not parameters; "
+      o.fail("device", cat("is \"", *d,
+                           "\": strata offloads the optimizer state (offload_optimizer), not parameters; "
                            "use \"none\""));
   }
   if (auto v = z.integer("reduce_bucket_size", 1, big, auto_value::absent))
@@ -234,8 +234,9 @@ inline void read_optimizer(json_reader& root, run_config& c) {
     if (auto v = p.boolean("amsgrad"); v && *v) p.fail("amsgrad", "is true: strata's Adam has no AMSGrad variant");
     if (*type == "Adam")
       if (auto v = p.boolean("adam_w_mode"); v && !*v && a.weight_decay != 0.0f)
-        p.fail("adam_w_mode", "is false with weight_decay > 0 (Adam with L2 decay): strata implements decoupled "
-                              "decay only; use AdamW, or weight_decay 0");
+        p.fail("adam_w_mode",
+               "is false with weight_decay > 0 (Adam with L2 decay): strata implements decoupled "
+               "decay only; use AdamW, or weight_decay 0");
   } else if (*type == "SGD") {
     c.optimizer = "sgd";
     auto& s = c.sgd_params;
@@ -274,7 +275,9 @@ inline void read_scheduler(json_reader& root, run_config& c) {
   auto rate = [&](std::string_view k, double def) {
     return p.number(k, 0.0, std::numeric_limits<float>::max(), "a number >= 0").value_or(def);
   };
-  auto ratio = [&](std::string_view k, double def) { return p.number(k, 0.0, 1.0, "a number in [0, 1]").value_or(def); };
+  auto ratio = [&](std::string_view k, double def) {
+    return p.number(k, 0.0, 1.0, "a number in [0, 1]").value_or(def);
+  };
   if (*type == "WarmupCosineLR") {
     const long t = total();
     const double min_ratio = ratio("warmup_min_ratio", 0.0), cos_ratio = ratio("cos_min_ratio", 1e-4);
@@ -312,7 +315,8 @@ inline run_config parse_config(std::string_view text, const std::string& source 
     throw config_error(strata::cat(source, ": not valid JSON: ", what));
   }
   if (!root.is_object())
-    throw config_error(strata::cat(source, ": the top level must be a JSON object, got ", detail::json_reader::show(root)));
+    throw config_error(
+        strata::cat(source, ": the top level must be a JSON object, got ", detail::json_reader::show(root)));
   run_config c;
   {
     detail::json_reader r(root, source, "", &c.unknown_keys);

@@ -71,8 +71,8 @@ class safetensors_file {
     f.name_ = f.file_.path();
     std::byte prefix[8]{};
     if (f.file_.size() >= 8) f.file_.read_at(0, prefix);
-    const std::uint64_t n = detail::parse_safetensors_prefix(std::span<const std::byte>(prefix, f.file_.size() >= 8 ? 8 : 0),
-                                                             f.file_.size(), f.name_);
+    const std::uint64_t n = detail::parse_safetensors_prefix(
+        std::span<const std::byte>(prefix, f.file_.size() >= 8 ? 8 : 0), f.file_.size(), f.name_);
     std::string text(n, '\0');
     f.file_.read_at(8, std::as_writable_bytes(std::span<char>(text)));
     f.header_ = detail::parse_safetensors_header(text, f.file_.size() - 8 - n, f.name_);
@@ -130,8 +130,8 @@ class safetensors_file {
     const tensor_info& t = info(name);
     const std::uint64_t n = t.numel();
     if (first > n || out.size() > n - first)
-      detail::st_fail(name_, strata::cat("tensor \"", name, "\": reading elements [", first, ", ", first + out.size(),
-                                         ") of ", n));
+      detail::st_fail(
+          name_, strata::cat("tensor \"", name, "\": reading elements [", first, ", ", first + out.size(), ") of ", n));
     if (t.dtype == dtype_v<T>) {
       raw(data_offset() + t.begin + first * sizeof(T), std::as_writable_bytes(out));
       return;
@@ -143,8 +143,9 @@ class safetensors_file {
       }
     }
     detail::st_fail(name_, strata::cat("tensor \"", name, "\": dtype ", name_of(t.dtype), " cannot be read as ",
-                                       name_of(dtype_v<T>), " (floating types convert among themselves; integer types "
-                                                            "must match)"));
+                                       name_of(dtype_v<T>),
+                                       " (floating types convert among themselves; integer types "
+                                       "must match)"));
   }
 
   // The whole tensor; `out` must hold exactly its elements.
@@ -152,8 +153,8 @@ class safetensors_file {
   void read_all(std::string_view name, std::span<T> out) const {
     const tensor_info& t = info(name);
     if (out.size() != t.numel())
-      detail::st_fail(name_, strata::cat("tensor \"", name, "\": has ", t.numel(), " elements, the destination ",
-                                         out.size()));
+      detail::st_fail(name_,
+                      strata::cat("tensor \"", name, "\": has ", t.numel(), " elements, the destination ", out.size()));
     read(name, out);
   }
 
@@ -275,8 +276,8 @@ class safetensors_writer {
     }
     if (n != 0 && n > UINT64_MAX / size_of(t)) throw checkpoint_error(where + "byte count overflows");
     if (n * size_of(t) != bytes)
-      throw checkpoint_error(strata::cat(where, n, " elements of ", name_of(t), " are ", n * size_of(t), " bytes, given ",
-                                         bytes));
+      throw checkpoint_error(
+          strata::cat(where, n, " elements of ", name_of(t), " are ", n * size_of(t), " bytes, given ", bytes));
     tensor_info info;
     info.name = std::move(name);
     info.dtype = t;
@@ -325,11 +326,13 @@ inline void export_weights(const std::filesystem::path& path, std::span<const st
   if (as != dtype::f32 && as != dtype::bf16)
     throw checkpoint_error(strata::cat(file, ": export_weights writes F32 or BF16, not ", name_of(as)));
   if (names.size() != shapes.size())
-    throw checkpoint_error(strata::cat(file, ": export_weights got ", names.size(), " names but ", shapes.size(), " shapes"));
+    throw checkpoint_error(
+        strata::cat(file, ": export_weights got ", names.size(), " names but ", shapes.size(), " shapes"));
   std::size_t total = 0;
   for (auto& s : shapes) total += s.numel();
   if (total != values.size())
-    throw checkpoint_error(strata::cat(file, ": export_weights: the shapes hold ", total, " values, given ", values.size()));
+    throw checkpoint_error(
+        strata::cat(file, ": export_weights: the shapes hold ", total, " values, given ", values.size()));
   safetensors_writer w;
   w.metadata = std::move(metadata);
   w.metadata.emplace("format", "pt");
@@ -363,16 +366,16 @@ inline std::vector<float> import_weights(const std::filesystem::path& path, std:
                                          const std::function<std::string(std::string_view)>& name_map = {}) {
   const safetensors_file f = safetensors_file::open(path);
   if (names.size() != shapes.size())
-    throw checkpoint_error(strata::cat(f.path(), ": import_weights got ", names.size(), " names but ", shapes.size(),
-                                       " shapes"));
+    throw checkpoint_error(
+        strata::cat(f.path(), ": import_weights got ", names.size(), " names but ", shapes.size(), " shapes"));
   std::size_t total = 0;
   for (auto& s : shapes) total += s.numel();
   std::vector<float> out(total);
   std::size_t at = 0;
   for (std::size_t i = 0; i < names.size(); ++i) {
     const std::string key = name_map ? name_map(names[i]) : names[i];
-    const std::string what =
-        key == names[i] ? strata::cat("tensor \"", key, "\"") : strata::cat("tensor \"", key, "\" (param \"", names[i], "\")");
+    const std::string what = key == names[i] ? strata::cat("tensor \"", key, "\"")
+                                             : strata::cat("tensor \"", key, "\" (param \"", names[i], "\")");
     if (!f.contains(key)) throw checkpoint_error(strata::cat(f.path(), ": ", what, " is missing"));
     const tensor_info& t = f.info(key);
     bool same = t.shape.size() == shapes[i].rank;
@@ -380,8 +383,8 @@ inline std::vector<float> import_weights(const std::filesystem::path& path, std:
     if (!same) {
       std::string fs = "[";
       for (std::size_t d = 0; d < t.shape.size(); ++d) fs += (d ? ", " : "") + std::to_string(t.shape[d]);
-      throw checkpoint_error(strata::cat(f.path(), ": ", what, " has shape ", fs, "] but the param expects ",
-                                         shapes[i].str()));
+      throw checkpoint_error(
+          strata::cat(f.path(), ": ", what, " has shape ", fs, "] but the param expects ", shapes[i].str()));
     }
     if (!detail::st_is_float_dtype(t.dtype))
       throw checkpoint_error(strata::cat(f.path(), ": ", what, " is ", name_of(t.dtype), ", not a floating type"));

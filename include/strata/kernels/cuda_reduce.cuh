@@ -44,7 +44,7 @@ struct max_int {
 // run on one GPU model (another architecture may tile it differently). Reductions on one
 // reducer share its workspace: queue them on one stream, or use one reducer per stream.
 template <class T>
-  requires detail::host_float<T>
+requires detail::host_float<T>
 class cuda_reducer {
  public:
   explicit cuda_reducer(std::size_t max_n) : max_n_(max_n) {
@@ -57,8 +57,8 @@ class cuda_reducer {
   void sum_squares_async(std::span<const T> x, double* out, cudaStream_t stream) {
     std::size_t bytes = check(x.size(), sum_bytes(x.size()), "sum_squares");
     STRATA_CHECK_CUDA(cub::DeviceReduce::TransformReduce(temp_.data(), bytes, x.data(), out, x.size(),
-                                                         ::cuda::std::plus<double>{}, detail::square_in_double{},
-                                                         0.0, stream));
+                                                         ::cuda::std::plus<double>{}, detail::square_in_double{}, 0.0,
+                                                         stream));
   }
   // Queues 1 into *out (device memory) when some x[i] is inf or NaN, else 0.
   void nonfinite_async(std::span<const T> x, int* out, cudaStream_t stream) {
@@ -97,9 +97,8 @@ class cuda_reducer {
   static std::size_t sum_bytes(std::size_t n) {
     std::size_t bytes = 0;
     STRATA_CHECK_CUDA(cub::DeviceReduce::TransformReduce(nullptr, bytes, static_cast<const T*>(nullptr),
-                                                         static_cast<double*>(nullptr), n,
-                                                         ::cuda::std::plus<double>{}, detail::square_in_double{},
-                                                         0.0));
+                                                         static_cast<double*>(nullptr), n, ::cuda::std::plus<double>{},
+                                                         detail::square_in_double{}, 0.0));
     return bytes;
   }
   static std::size_t flag_bytes(std::size_t n) {
@@ -115,7 +114,7 @@ class cuda_reducer {
     });
     expects<cuda_error>(needed <= temp_.size(), [&] {
       return strata::cat("cuda_reducer::", what, ": CUB asks for ", needed, " bytes of workspace for ", n,
-                                 " elements, more than the ", temp_.size(), " sized for ", max_n_);
+                         " elements, more than the ", temp_.size(), " sized for ", max_n_);
     });
     return temp_.size();
   }
@@ -132,7 +131,7 @@ inline void scale_cuda(std::span<float> x, float s, cudaStream_t stream) {
 
 // fp32 -> bf16/fp16 on the device, round to nearest even (the host cast's functor).
 template <class P>
-  requires detail::reduced_float<P>
+requires detail::reduced_float<P>
 void cast_cuda(std::span<const float> in, std::span<P> out, cudaStream_t stream) {
   expects(in.size() == out.size(),
           [&] { return strata::cat("cast_cuda: ", in.size(), " floats into ", out.size(), " elements"); });
@@ -141,7 +140,7 @@ void cast_cuda(std::span<const float> in, std::span<P> out, cudaStream_t stream)
 
 // bf16/fp16 -> fp32 on the device (exact).
 template <class P>
-  requires detail::reduced_float<P>
+requires detail::reduced_float<P>
 void cast_cuda(std::span<const P> in, std::span<float> out, cudaStream_t stream) {
   expects(in.size() == out.size(),
           [&] { return strata::cat("cast_cuda: ", in.size(), " elements into ", out.size(), " floats"); });

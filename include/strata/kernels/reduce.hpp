@@ -81,7 +81,7 @@ inline constexpr bool host_float = std::is_same_v<T, float> || reduced_float<T>;
 
 // Sum of x[i]^2 in double, bitwise the same for any OMP_NUM_THREADS (fixed layout above).
 template <class T>
-  requires detail::host_float<T>
+requires detail::host_float<T>
 double sum_squares(std::span<const T> x) {
   const std::size_t n = x.size();
   const std::size_t blocks = (n + detail::reduce_block - 1) / detail::reduce_block;
@@ -100,24 +100,25 @@ double sum_squares(std::span<const T> x) {
   return total;
 }
 template <class T>
-  requires detail::host_float<T>
+requires detail::host_float<T>
 double sum_squares(std::span<T> x) {
   return sum_squares(std::span<const T>(x));
 }
 
 // True when no element is inf or NaN.
 template <class T>
-  requires detail::host_float<T>
+requires detail::host_float<T>
 bool all_finite(std::span<const T> x) {
   const T* p = x.data();
   const std::size_t n = x.size();
   unsigned bad = 0;
-#pragma omp parallel for simd schedule(static) reduction(| : bad) if (n >= detail::host_parallel_min && !omp_in_parallel())
+#pragma omp parallel for simd schedule(static) \
+    reduction(| : bad) if (n >= detail::host_parallel_min && !omp_in_parallel())
   for (std::size_t i = 0; i < n; ++i) bad |= detail::nonfinite(p[i]) ? 1u : 0u;
   return bad == 0;
 }
 template <class T>
-  requires detail::host_float<T>
+requires detail::host_float<T>
 bool all_finite(std::span<T> x) {
   return all_finite(std::span<const T>(x));
 }
@@ -127,23 +128,21 @@ inline void scale(std::span<float> x, float s) { run_host(x.size(), detail::scal
 
 // fp32 -> bf16/fp16 with round-to-nearest-even.
 template <class P>
-  requires detail::reduced_float<P>
+requires detail::reduced_float<P>
 void cast(std::span<const float> in, std::span<P> out) {
-  expects(in.size() == out.size(),
-          strata::cat("kernels::cast: ", in.size(), " floats into ", out.size(), " elements"));
+  expects(in.size() == out.size(), strata::cat("kernels::cast: ", in.size(), " floats into ", out.size(), " elements"));
   run_host(in.size(), detail::cast_op<float, P>{in.data(), out.data()});
 }
 
 // bf16/fp16 -> fp32 (exact).
 template <class P>
-  requires detail::reduced_float<P>
+requires detail::reduced_float<P>
 void cast(std::span<const P> in, std::span<float> out) {
-  expects(in.size() == out.size(),
-          strata::cat("kernels::cast: ", in.size(), " elements into ", out.size(), " floats"));
+  expects(in.size() == out.size(), strata::cat("kernels::cast: ", in.size(), " elements into ", out.size(), " floats"));
   run_host(in.size(), detail::cast_op<P, float>{in.data(), out.data()});
 }
 template <class P>
-  requires detail::reduced_float<P>
+requires detail::reduced_float<P>
 void cast(std::span<P> in, std::span<float> out) {
   cast(std::span<const P>(in), out);
 }

@@ -11,8 +11,8 @@
 #include <boost/pfr.hpp>
 
 #include "../core/dtype.hpp"
-#include "param.hpp"
 #include "detail/fields.hpp"
+#include "param.hpp"
 
 namespace strata {
 
@@ -60,7 +60,7 @@ concept ignored_field = std::is_scalar_v<std::remove_cv_t<T>> || opaque_field<st
 template <class T>
 struct to_base_of {
   template <class B>
-    requires(std::is_base_of_v<B, T> && !std::is_same_v<B, T>)
+  requires(std::is_base_of_v<B, T> && !std::is_same_v<B, T>)
   operator B&() const;
 };
 // An aggregate's bases come before its fields in aggregate initialisation, so T

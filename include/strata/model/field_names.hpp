@@ -11,8 +11,8 @@
 
 #include <boost/pfr.hpp>
 
-#include "detail/fields.hpp"
 #include <boost/version.hpp>
+#include "detail/fields.hpp"
 
 #if BOOST_VERSION >= 108400
 #include <boost/pfr/core_name.hpp>

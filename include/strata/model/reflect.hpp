@@ -11,9 +11,9 @@
 #include <boost/pfr.hpp>
 
 #include "concepts.hpp"
+#include "detail/fields.hpp"
 #include "field_names.hpp"
 #include "param.hpp"
-#include "detail/fields.hpp"
 
 namespace strata {
 namespace detail {
@@ -66,8 +66,7 @@ void walk_params(T& x, std::string& path, F& f) {
   } else {
     const std::size_t mark = path.size();
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((push_component(path, field_names<U>()[I]), walk_params(detail::field<I>(x), path, f), path.resize(mark)),
-       ...);
+      ((push_component(path, field_names<U>()[I]), walk_params(detail::field<I>(x), path, f), path.resize(mark)), ...);
     }(std::make_index_sequence<detail::field_count_v<U>>{});
   }
 }

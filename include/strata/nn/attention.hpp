@@ -63,8 +63,8 @@ struct causal_self_attention {
     c.d_qkv.resize(c.qkv_out.shape());
     const float* q = c.qkv_out.data();
     float* dq = c.d_qkv.data();
-    detail::attention_backward(ctx, l, q, q + l.hd, q + 2 * l.hd, c.probs.data(), c.d_attended.data(), dq,
-                               dq + l.hd, dq + 2 * l.hd, c.d_scores);
+    detail::attention_backward(ctx, l, q, q + l.hd, q + 2 * l.hd, c.probs.data(), c.d_attended.data(), dq, dq + l.hd,
+                               dq + 2 * l.hd, c.d_scores);
     qkv.backward(ctx, c.d_qkv, dx, c.qkv);
   }
 
@@ -86,14 +86,14 @@ struct causal_self_attention {
                               proj.local_in_features() == d / qkv.tp_size && proj.out_features() == d,
                           [&] {
                             return strata::cat(detail::label(kind, qkv.weight.name), ": ", heads,
-                                                       " heads with qkv weight ", qkv.weight.shape,
-                                                       " and proj weight ", proj.weight.shape, " over ", qkv.tp_size,
-                                                       " tensor-parallel ranks do not fit together (build it with "
-                                                       "make_causal_self_attention)");
+                                               " heads with qkv weight ", qkv.weight.shape, " and proj weight ",
+                                               proj.weight.shape, " over ", qkv.tp_size,
+                                               " tensor-parallel ranks do not fit together (build it with "
+                                               "make_causal_self_attention)");
                           });
     expects<config_error>(x.shape().rank == 3 && x.dim(2) == d, [&] {
       return strata::cat(detail::label(kind, qkv.weight.name), ": input has shape ", x.shape(),
-                                 "; expected [batch, sequence, ", d, "]");
+                         "; expected [batch, sequence, ", d, "]");
     });
   }
 };

@@ -47,7 +47,7 @@ struct embedding {
   void check_params() const {
     expects<config_error>(weight.shape.rank == 2, [&] {
       return strata::cat(detail::label(kind, weight.name), ": weight has shape ", weight.shape,
-                                 "; expected [vocab, dim]");
+                         "; expected [vocab, dim]");
     });
     detail::require_bound(weight, kind, weight.name, "weight");
   }
@@ -55,11 +55,10 @@ struct embedding {
 
 // torch.nn.Embedding initialises with N(0, 1); GPT-style models usually set 0.02.
 inline embedding make_embedding(int vocab, int dim, float init_stddev = 1.0f) {
-  strata::expects<config_error>(vocab > 0 && dim > 0, strata::cat("make_embedding(", vocab, ", ", dim,
-                                                                          "): vocab and dim must be positive"));
-  strata::expects<config_error>(vocab <= (1 << 24),
-                                strata::cat("make_embedding: vocab ", vocab,
-                                                    " exceeds 2^24, above which float ids are not exact"));
+  strata::expects<config_error>(vocab > 0 && dim > 0,
+                                strata::cat("make_embedding(", vocab, ", ", dim, "): vocab and dim must be positive"));
+  strata::expects<config_error>(vocab <= (1 << 24), strata::cat("make_embedding: vocab ", vocab,
+                                                                " exceeds 2^24, above which float ids are not exact"));
   return embedding{param<float>(shape{vocab, dim}, init_spec::normal(init_stddev))};
 }
 

@@ -98,22 +98,21 @@ struct grouped_query_attention {
   void check_input(const tensor<float, Space>& x) const {
     const int T = tp_size();
     expects<config_error>(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && T > 0 && kv_heads % T == 0 &&
-                              q_proj.out_features() % heads == 0 &&
-                              k_proj.out_features() == kv_heads * head_dim() &&
+                              q_proj.out_features() % heads == 0 && k_proj.out_features() == kv_heads * head_dim() &&
                               v_proj.out_features() == kv_heads * head_dim() &&
                               o_proj.local_in_features() == q_proj.local_out_features() &&
                               o_proj.out_features() == dim() && head_dim() % 2 == 0,
                           [&] {
-                            return strata::cat(
-                                detail::label(kind, q_proj.weight.name), ": ", heads, " heads and ", kv_heads,
-                                " key/value heads with q_proj ", q_proj.weight.shape, ", k_proj ", k_proj.weight.shape,
-                                ", v_proj ", v_proj.weight.shape, " and o_proj ", o_proj.weight.shape, " over ", T,
-                                " tensor-parallel ranks do not fit together (build it with "
-                                "make_grouped_query_attention)");
+                            return strata::cat(detail::label(kind, q_proj.weight.name), ": ", heads, " heads and ",
+                                               kv_heads, " key/value heads with q_proj ", q_proj.weight.shape,
+                                               ", k_proj ", k_proj.weight.shape, ", v_proj ", v_proj.weight.shape,
+                                               " and o_proj ", o_proj.weight.shape, " over ", T,
+                                               " tensor-parallel ranks do not fit together (build it with "
+                                               "make_grouped_query_attention)");
                           });
     expects<config_error>(x.shape().rank == 3 && x.dim(2) == dim(), [&] {
       return strata::cat(detail::label(kind, q_proj.weight.name), ": input has shape ", x.shape(),
-                                 "; expected [batch, sequence, ", dim(), "]");
+                         "; expected [batch, sequence, ", dim(), "]");
     });
   }
 };
@@ -127,18 +126,19 @@ inline grouped_query_attention make_grouped_query_attention(int dim, int heads, 
                                                             int tp_rank = 0, int tp_size = 1, bool qkv_bias = true) {
   expects<config_error>(dim > 0 && heads > 0 && kv_heads > 0, [&] {
     return strata::cat("grouped_query_attention: dim ", dim, ", heads ", heads, " and kv_heads ", kv_heads,
-                               " must be positive");
+                       " must be positive");
   });
   expects<config_error>(dim % heads == 0 && (dim / heads) % 2 == 0, [&] {
     return strata::cat("grouped_query_attention: dim ", dim, " does not split into ", heads,
-                               " heads of an even size (rotary embedding turns pairs)");
+                       " heads of an even size (rotary embedding turns pairs)");
   });
   expects<config_error>(heads % kv_heads == 0, [&] {
     return strata::cat("grouped_query_attention: ", heads, " query heads do not group evenly over ", kv_heads,
-                               " key/value heads");
+                       " key/value heads");
   });
-  expects<config_error>(rope_theta > 0.0f,
-                        [&] { return strata::cat("grouped_query_attention: rope_theta ", rope_theta, " must be positive"); });
+  expects<config_error>(rope_theta > 0.0f, [&] {
+    return strata::cat("grouped_query_attention: rope_theta ", rope_theta, " must be positive");
+  });
   (void)make_tp_slice("grouped_query_attention", kv_heads, "key/value heads", tp_rank, tp_size);
   const int hd = dim / heads;
   grouped_query_attention a;

@@ -117,9 +117,9 @@ struct layer_norm {
     dx.resize(x.shape());
     using ops = ops_of<Ctx>;
     const auto exec = exec_of(ctx);
-    ops::rows(exec, rows, d,
-              detail::layer_norm_backward_fn{x.data(), dy.data(), weight.data(), c.mean.data(), c.rstd.data(),
-                                             dx.data(), d});
+    ops::rows(
+        exec, rows, d,
+        detail::layer_norm_backward_fn{x.data(), dy.data(), weight.data(), c.mean.data(), c.rstd.data(), dx.data(), d});
     ops::add_column_sums(exec, rows, d,
                          detail::layer_norm_weight_term{dy.data(), x.data(), c.mean.data(), c.rstd.data(), d},
                          weight.grad());
@@ -129,8 +129,8 @@ struct layer_norm {
  private:
   void check_params() const {
     expects<config_error>(weight.shape.rank == 1 && bias.shape == weight.shape && eps > 0.0f, [&] {
-      return strata::cat(detail::label("layer_norm", weight.name), ": weight ", weight.shape, ", bias ",
-                                 bias.shape, ", eps ", eps, "; expected weight and bias [dim] and eps > 0");
+      return strata::cat(detail::label("layer_norm", weight.name), ": weight ", weight.shape, ", bias ", bias.shape,
+                         ", eps ", eps, "; expected weight and bias [dim] and eps > 0");
     });
     detail::require_bound(weight, "layer_norm", weight.name, "weight");
     detail::require_bound(bias, "layer_norm", weight.name, "bias");

@@ -36,8 +36,7 @@ struct linear {
     detail::require_distinct(&x, &y, "linear", weight.name);
     const std::int64_t rows = detail::rows_of(x.shape());
     y.resize(detail::with_last(x.shape(), out));
-    detail::linear_forward(ctx, x.data(), rows, in, weight.data(), out, has_bias() ? bias.data() : nullptr,
-                           y.data());
+    detail::linear_forward(ctx, x.data(), rows, in, weight.data(), out, has_bias() ? bias.data() : nullptr, y.data());
     c.x = &x;
   }
 
@@ -63,8 +62,8 @@ struct linear {
   void check_params() const {
     expects<config_error>(
         weight.shape.rank == 2 && (!has_bias() || bias.numel() == static_cast<std::size_t>(weight.shape[0])), [&] {
-          return strata::cat(detail::label("linear", weight.name), ": weight has shape ", weight.shape,
-                                     " and bias ", bias.shape, "; expected [out, in] and [out] (or [0] without bias)");
+          return strata::cat(detail::label("linear", weight.name), ": weight has shape ", weight.shape, " and bias ",
+                             bias.shape, "; expected [out, in] and [out] (or [0] without bias)");
         });
     detail::require_bound(weight, "linear", weight.name, "weight");
     detail::require_bound(bias, "linear", weight.name, "bias");
@@ -75,9 +74,9 @@ struct linear {
 // with a zero bias, or with no bias at all (an empty param, which takes no space in the
 // flat layout).
 inline linear make_linear(int in_features, int out_features, bool bias = true) {
-  strata::expects<config_error>(in_features > 0 && out_features > 0,
-                                strata::cat("make_linear(", in_features, ", ", out_features,
-                                                    "): feature counts must be positive"));
+  strata::expects<config_error>(
+      in_features > 0 && out_features > 0,
+      strata::cat("make_linear(", in_features, ", ", out_features, "): feature counts must be positive"));
   linear l;
   l.weight = param<float>(shape{out_features, in_features},
                           init_spec::uniform(1.0f / std::sqrt(static_cast<float>(in_features))));

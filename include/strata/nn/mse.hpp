@@ -71,7 +71,7 @@ struct mse {
     detail::require_distinct(&x, &y, "mse", std::string());
     expects<config_error>(targets.shape() == x.shape(), [&] {
       return strata::cat("mse: targets have shape ", targets.shape(), ", the input has ", x.shape(),
-                                 "; they must match");
+                         "; they must match");
     });
     const auto n = static_cast<std::int64_t>(x.numel());
     c.diff.resize(x.shape());

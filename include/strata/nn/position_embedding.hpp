@@ -56,15 +56,14 @@ struct position_embedding {
   std::int64_t check_input(const tensor<float, Space>& x) const {
     expects<config_error>(weight.shape.rank == 2, [&] {
       return strata::cat(detail::label(kind, weight.name), ": weight has shape ", weight.shape,
-                                 "; expected [max_seq, dim]");
+                         "; expected [max_seq, dim]");
     });
     detail::require_bound(weight, kind, weight.name, "weight");
     const auto& s = x.shape();
     expects<config_error>(
-        s.rank >= 2 && s.rank <= 3 && s[s.rank - 1] == dim() && s[s.rank - 2] <= max_seq() && s[s.rank - 2] >= 1,
-        [&] {
-          return strata::cat(detail::label(kind, weight.name), ": input has shape ", s, "; expected [B, S, ",
-                                     dim(), "] or [S, ", dim(), "] with 1 <= S <= ", max_seq());
+        s.rank >= 2 && s.rank <= 3 && s[s.rank - 1] == dim() && s[s.rank - 2] <= max_seq() && s[s.rank - 2] >= 1, [&] {
+          return strata::cat(detail::label(kind, weight.name), ": input has shape ", s, "; expected [B, S, ", dim(),
+                             "] or [S, ", dim(), "] with 1 <= S <= ", max_seq());
         });
     return s[s.rank - 2];
   }
@@ -72,8 +71,8 @@ struct position_embedding {
 
 // GPT-2 initialises its position table with N(0, 0.01).
 inline position_embedding make_position_embedding(int max_seq, int dim, float init_stddev = 0.01f) {
-  strata::expects<config_error>(max_seq > 0 && dim > 0, strata::cat("make_position_embedding(", max_seq, ", ",
-                                                                            dim, "): sizes must be positive"));
+  strata::expects<config_error>(
+      max_seq > 0 && dim > 0, strata::cat("make_position_embedding(", max_seq, ", ", dim, "): sizes must be positive"));
   return position_embedding{param<float>(shape{max_seq, dim}, init_spec::normal(init_stddev))};
 }
 

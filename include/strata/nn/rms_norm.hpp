@@ -23,8 +23,8 @@ struct rms_norm_forward_fn {
   template <class Row>
   STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
     const float* xr = x + r * d;
-    const double ms = row.sum(d, [&](std::int64_t j) { return static_cast<double>(xr[j]) * xr[j]; }) /
-                      static_cast<double>(d);
+    const double ms =
+        row.sum(d, [&](std::int64_t j) { return static_cast<double>(xr[j]) * xr[j]; }) / static_cast<double>(d);
     const float rs = static_cast<float>(1.0 / std::sqrt(ms + eps));
     row.once([&] { rstd[r] = rs; });
     float* yr = y + r * d;
@@ -81,9 +81,9 @@ struct rms_norm {
     const std::int64_t rows = detail::rows_of(x.shape());
     y.resize(x.shape());
     c.rstd.resize(detail::vector_shape(rows));
-    ops_of<Ctx>::rows(exec_of(ctx), rows, d,
-                      detail::rms_norm_forward_fn{x.data(), weight.data(), y.data(), c.rstd.data(), d,
-                                                  static_cast<double>(eps)});
+    ops_of<Ctx>::rows(
+        exec_of(ctx), rows, d,
+        detail::rms_norm_forward_fn{x.data(), weight.data(), y.data(), c.rstd.data(), d, static_cast<double>(eps)});
     c.x = &x;
   }
 
@@ -112,7 +112,7 @@ struct rms_norm {
   void check_params() const {
     expects<config_error>(weight.shape.rank == 1 && eps > 0.0f, [&] {
       return strata::cat(detail::label(kind, weight.name), ": weight ", weight.shape, ", eps ", eps,
-                                 "; expected weight [dim] and eps > 0");
+                         "; expected weight [dim] and eps > 0");
     });
     detail::require_bound(weight, kind, weight.name, "weight");
   }

@@ -67,8 +67,7 @@ struct rotary_embedding {
   template <class Ctx>
   void table(Ctx& ctx, std::int64_t S, std::int64_t hd, tensor_for<Ctx>& cos, tensor_for<Ctx>& sin) const {
     expects<config_error>(hd > 0 && hd % 2 == 0 && theta > 0.0f, [&] {
-      return strata::cat("rotary_embedding: head dim ", hd, " must be even and positive, theta ", theta,
-                                 " positive");
+      return strata::cat("rotary_embedding: head dim ", hd, " must be even and positive, theta ", theta, " positive");
     });
     cos.resize(shape{S, hd / 2});
     sin.resize(shape{S, hd / 2});

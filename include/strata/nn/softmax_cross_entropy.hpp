@@ -59,8 +59,8 @@ struct softmax_cross_entropy {
                           [&] {
                             shape leading = s;
                             --leading.rank;
-                            return strata::cat(kind, ": targets have shape ", targets.shape(), " for logits ",
-                                                       s, "; expected one class id per row, shape ", leading);
+                            return strata::cat(kind, ": targets have shape ", targets.shape(), " for logits ", s,
+                                               "; expected one class id per row, shape ", leading);
                           });
     detail::require_ids(ops::check_ids(exec, rows, classes, targets.data(), c.bad_row), [&](float t, std::int64_t r) {
       return strata::cat(kind, ": target ", t, " at row ", r, " is not a class id in [0, ", classes, ")");

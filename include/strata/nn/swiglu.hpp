@@ -49,7 +49,7 @@ struct swiglu_mlp {
   struct cache {
     column_parallel_linear::cache<Space> gate_proj, up_proj;
     row_parallel_linear::cache<Space> down_proj;
-    tensor<float, Space> gate, up, h;           // [..., I/T]
+    tensor<float, Space> gate, up, h;  // [..., I/T]
     tensor<float, Space> dh, d_gate, d_up, dx_up;
   };
 
@@ -61,7 +61,7 @@ struct swiglu_mlp {
     up_proj.forward(ctx, x, c.up, c.up_proj);
     expects<config_error>(c.gate.shape() == c.up.shape(), [&] {
       return strata::cat(detail::label(kind, gate_proj.weight.name), ": gate_proj gives ", c.gate.shape(),
-                                 " but up_proj ", c.up.shape(), "; they must match");
+                         " but up_proj ", c.up.shape(), "; they must match");
     });
     c.h.resize(c.gate.shape());
     ops_of<Ctx>::map(exec_of(ctx), static_cast<std::int64_t>(c.h.numel()),
@@ -76,9 +76,9 @@ struct swiglu_mlp {
     down_proj.backward(ctx, dy, c.dh, c.down_proj);
     c.d_gate.resize(c.gate.shape());
     c.d_up.resize(c.up.shape());
-    ops_of<Ctx>::map(exec_of(ctx), static_cast<std::int64_t>(c.dh.numel()),
-                     detail::swiglu_backward_fn{c.gate.data(), c.up.data(), c.dh.data(), c.d_gate.data(),
-                                                c.d_up.data()});
+    ops_of<Ctx>::map(
+        exec_of(ctx), static_cast<std::int64_t>(c.dh.numel()),
+        detail::swiglu_backward_fn{c.gate.data(), c.up.data(), c.dh.data(), c.d_gate.data(), c.d_up.data()});
     gate_proj.backward(ctx, c.d_gate, dx, c.gate_proj);
     up_proj.backward(ctx, c.d_up, c.dx_up, c.up_proj);
     add_into(ctx, dx, c.dx_up);

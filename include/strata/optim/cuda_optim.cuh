@@ -31,14 +31,18 @@ __global__ void __launch_bounds__(kernels::detail::cuda_block)
     int lo = 0, hi = nruns - 1;
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
-      if (runs[mid].first_tile <= t) lo = mid;
-      else hi = mid - 1;
+      if (runs[mid].first_tile <= t)
+        lo = mid;
+      else
+        hi = mid - 1;
     }
     const device_run r = runs[lo];
     const std::size_t begin = r.offset + (t - r.first_tile) * cuda_run_tile;
     const std::size_t end = begin + cuda_run_tile < r.offset + r.count ? begin + cuda_run_tile : r.offset + r.count;
-    if (r.decay) kernels::detail::run_range(decayed, begin, end);
-    else kernels::detail::run_range(undecayed, begin, end);
+    if (r.decay)
+      kernels::detail::run_range(decayed, begin, end);
+    else
+      kernels::detail::run_range(undecayed, begin, end);
   }
 }
 
@@ -95,9 +99,9 @@ void step_runs_cuda(const O& opt, const shard_args<P, G>& a, const cuda_run_tabl
   });
   if (a.n == 0) return;
   detail::with_write_mode(a, [&](auto mode) {
-    detail::make_update<decltype(mode)::value>(opt, a, lr, grad_scale, step, [&](const auto& decayed, const auto& undecayed) {
-      run_cuda_runs(table, decayed, undecayed, stream);
-    });
+    detail::make_update<decltype(mode)::value>(
+        opt, a, lr, grad_scale, step,
+        [&](const auto& decayed, const auto& undecayed) { run_cuda_runs(table, decayed, undecayed, stream); });
   });
 }
 

@@ -19,7 +19,7 @@ inline constexpr std::size_t cuda_run_tile = 4096;
 
 // One decay run as the kernel reads it.
 struct device_run {
-  std::size_t offset = 0;      // relative to the shard
+  std::size_t offset = 0;  // relative to the shard
   std::size_t count = 0;
   std::size_t first_tile = 0;  // tiles of all runs before this one
   unsigned decay = 1;
@@ -39,7 +39,7 @@ class cuda_run_table {
     for (const decay_run& r : runs) {
       expects<config_error>(r.offset >= end && r.offset <= shard_n && r.count <= shard_n - r.offset, [&] {
         return strata::cat("cuda_run_table: decay run [", r.offset, ", ", r.offset + r.count,
-                                   ") is out of order or outside the shard of ", shard_n, " elements");
+                           ") is out of order or outside the shard of ", shard_n, " elements");
       });
       end = r.offset + r.count;
       if (r.count == 0) continue;

@@ -26,9 +26,8 @@ struct lion {
     validate();
     detail::check_step(name, a, state_slots, lr, grad_scale, step);
     if (a.n == 0) return;
-    detail::with_write_mode(a, [&](auto mode) {
-      kernels::run_host(a.n, update<decltype(mode)::value>(a, lr, grad_scale, decay, step));
-    });
+    detail::with_write_mode(
+        a, [&](auto mode) { kernels::run_host(a.n, update<decltype(mode)::value>(a, lr, grad_scale, decay, step)); });
   }
 
   // The functor that step runs over a run of the shard, for any driver (host and CUDA).

@@ -65,8 +65,9 @@ class loss_scaler {
     if (overflow) {
       if (opt_.hysteresis == 1 || s_.hysteresis_left == 1) {
         expects(!(opt_.raise_error_at_min_scale && s_.scale == opt_.min_loss_scale),
-                strata::cat("fp16: gradients overflowed at the minimum loss scale ", opt_.min_loss_scale,
-                            " (step ", s_.iteration, "); the model diverges in fp16: lower the lr, use bf16, "
+                strata::cat("fp16: gradients overflowed at the minimum loss scale ", opt_.min_loss_scale, " (step ",
+                            s_.iteration,
+                            "); the model diverges in fp16: lower the lr, use bf16, "
                             "or set raise_error_at_min_scale = false"));
         s_.scale = std::max(s_.scale / opt_.scale_factor, opt_.min_loss_scale);
       } else {

@@ -28,11 +28,11 @@ struct lr_schedule {
   enum class warmup_curve { log, linear };
 
   kind type = kind::constant;
-  double base_lr = 1e-3;          // constant, warmup_cosine (the optimizer's lr)
-  double warmup_min_lr = 0.0;     // linear_warmup, warmup_decay
-  double warmup_max_lr = 1e-3;    // linear_warmup, warmup_decay
-  long warmup_num_steps = 1000;   // all but constant
-  long total_num_steps = 0;       // warmup_decay, warmup_cosine
+  double base_lr = 1e-3;         // constant, warmup_cosine (the optimizer's lr)
+  double warmup_min_lr = 0.0;    // linear_warmup, warmup_decay
+  double warmup_max_lr = 1e-3;   // linear_warmup, warmup_decay
+  long warmup_num_steps = 1000;  // all but constant
+  long total_num_steps = 0;      // warmup_decay, warmup_cosine
   warmup_curve warmup_type = warmup_curve::log;
   double warmup_min_ratio = 0.0;  // warmup_cosine
   double cos_min_ratio = 1e-4;    // warmup_cosine
@@ -90,12 +90,11 @@ struct lr_schedule {
                             strata::cat("lr schedule: ", field, " must be finite and >= 0, got ", v));
     };
     auto ratio = [](const char* field, double v) {
-      expects<config_error>(v >= 0.0 && v <= 1.0, [&] { return strata::cat("lr schedule: ", field, " must be in [0, 1], got ", v); });
+      expects<config_error>(v >= 0.0 && v <= 1.0,
+                            [&] { return strata::cat("lr schedule: ", field, " must be in [0, 1], got ", v); });
     };
     switch (type) {
-      case kind::constant:
-        rate("lr", base_lr);
-        return;
+      case kind::constant: rate("lr", base_lr); return;
       case kind::warmup_decay:
         expects<config_error>(total_num_steps > 0,
                               strata::cat("lr schedule: total_num_steps must be > 0, got ", total_num_steps));
@@ -126,17 +125,15 @@ struct lr_schedule {
     const double nd = static_cast<double>(n);
     auto warmup_gamma = [&] { return warmup_type == warmup_curve::log ? std::log(k + 1.0) / std::log(nd) : k / nd; };
     switch (type) {
-      case kind::constant:
-        return static_cast<float>(base_lr);
+      case kind::constant: return static_cast<float>(base_lr);
       case kind::linear_warmup: {
         const double gamma = step < n ? warmup_gamma() : 1.0;
         return static_cast<float>(warmup_min_lr + (warmup_max_lr - warmup_min_lr) * gamma);
       }
       case kind::warmup_decay: {
-        const double gamma =
-            step < n ? warmup_gamma()
-                     : std::max(0.0, static_cast<double>(total_num_steps - step) /
-                                         std::max(1.0, static_cast<double>(total_num_steps - n)));
+        const double gamma = step < n ? warmup_gamma()
+                                      : std::max(0.0, static_cast<double>(total_num_steps - step) /
+                                                          std::max(1.0, static_cast<double>(total_num_steps - n)));
         return static_cast<float>(warmup_min_lr + (warmup_max_lr - warmup_min_lr) * gamma);
       }
       case kind::warmup_cosine: {
@@ -147,7 +144,8 @@ struct lr_schedule {
           const double real_last = static_cast<double>(step - n + 1);
           const double real_total = static_cast<double>(std::max(1L, total_num_steps - n));
           const double progress = std::min(1.0, real_last / real_total);
-          r = std::max(0.0, cos_min_ratio + (1.0 - cos_min_ratio) * (1.0 + std::cos(std::numbers::pi * progress)) / 2.0);
+          r = std::max(0.0,
+                       cos_min_ratio + (1.0 - cos_min_ratio) * (1.0 + std::cos(std::numbers::pi * progress)) / 2.0);
         }
         return static_cast<float>(base_lr * r);
       }

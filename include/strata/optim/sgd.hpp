@@ -32,8 +32,8 @@ struct sgd {
     if (a.n == 0) return;
     detail::with_write_mode(a, [&](auto mode) {
       auto run = [&](auto has_momentum) {
-        kernels::run_host(a.n, update<decltype(mode)::value, decltype(has_momentum)::value>(a, lr, grad_scale, decay,
-                                                                                             step));
+        kernels::run_host(a.n,
+                          update<decltype(mode)::value, decltype(has_momentum)::value>(a, lr, grad_scale, decay, step));
       };
       if (momentum != 0.0f)
         run(std::true_type{});

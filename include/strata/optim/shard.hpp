@@ -114,7 +114,8 @@ void check_step(const char* opt, const shard_args<P, G>& a, int slots, float lr,
   });
   expects<config_error>(step >= 1, [&] { return cat(opt, ": step counts optimizer steps from 1, got ", step); });
   if (a.n == 0) return;
-  expects(a.master && a.grad, [&] { return cat(opt, ": shard of ", a.n, " elements without master weights or grads"); });
+  expects(a.master && a.grad,
+          [&] { return cat(opt, ": shard of ", a.n, " elements without master weights or grads"); });
   expects(slots < 1 || a.state0, [&] { return cat(opt, ": state buffer 0 is null"); });
   expects(slots < 2 || a.state1, [&] { return cat(opt, ": state buffer 1 is null"); });
   expects(std::is_same_v<P, float> || a.param_out, [&] {

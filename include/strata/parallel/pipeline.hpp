@@ -82,8 +82,10 @@ inline std::vector<std::size_t> balance_stages(const std::vector<std::size_t>& l
   for (auto v : w) hi += v;
   while (lo < hi) {
     const std::size_t mid = lo + (hi - lo) / 2;
-    if (fits(mid, nullptr)) hi = mid;
-    else lo = mid + 1;
+    if (fits(mid, nullptr))
+      hi = mid;
+    else
+      lo = mid + 1;
   }
   // The greedy pass cuts whenever the layers left equal the stages left, so it always
   // makes exactly `stages` runs.
@@ -105,10 +107,10 @@ inline std::pair<std::size_t, std::size_t> stage_layer_range(const std::vector<s
     if (stages == 1) return {0, L};
     cuts = balance_stages(layer_params, stages);
   }
-  expects<config_error>(cuts.size() == static_cast<std::size_t>(stages) + 1 && cuts.front() == 0 && cuts.back() == L &&
-                            std::is_sorted(cuts.begin(), cuts.end()) &&
-                            std::adjacent_find(cuts.begin(), cuts.end()) == cuts.end(),
-                        [&] { return strata::cat("pipeline_cuts must be ", stages + 1, " increasing layer indices from 0 to ", L); });
+  expects<config_error>(
+      cuts.size() == static_cast<std::size_t>(stages) + 1 && cuts.front() == 0 && cuts.back() == L &&
+          std::is_sorted(cuts.begin(), cuts.end()) && std::adjacent_find(cuts.begin(), cuts.end()) == cuts.end(),
+      [&] { return strata::cat("pipeline_cuts must be ", stages + 1, " increasing layer indices from 0 to ", L); });
   return {cuts[static_cast<std::size_t>(stage)], cuts[static_cast<std::size_t>(stage) + 1]};
 }
 

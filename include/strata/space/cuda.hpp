@@ -36,12 +36,11 @@ inline void require_cuda(const char* who = "strata") {
     (void)cudaGetLastError();
     throw cuda_error(strata::cat(who, ": no usable CUDA device: ", detail::cuda_error_text(e),
                                  ". Check that an NVIDIA driver is loaded (nvidia-smi) and is at least as new as the "
-                                 "CUDA runtime this program was built with (", CUDART_VERSION / 1000, ".",
-                                 CUDART_VERSION % 1000 / 10, ")"));
+                                 "CUDA runtime this program was built with (",
+                                 CUDART_VERSION / 1000, ".", CUDART_VERSION % 1000 / 10, ")"));
   }
-  expects<cuda_error>(n > 0, [&] {
-    return strata::cat(who, ": the CUDA driver reports no device; check CUDA_VISIBLE_DEVICES");
-  });
+  expects<cuda_error>(
+      n > 0, [&] { return strata::cat(who, ": the CUDA driver reports no device; check CUDA_VISIBLE_DEVICES"); });
 }
 
 // The device a process with this local rank (its index among the processes of its

@@ -221,10 +221,9 @@ struct ops<cuda> {
   }
 
   static void gemm_strided_batched(const exec_type& exec, transpose ta, transpose tb, std::int64_t m, std::int64_t n,
-                                   std::int64_t k, float alpha, const float* a, std::int64_t lda,
-                                   std::int64_t stride_a, const float* b, std::int64_t ldb, std::int64_t stride_b,
-                                   float beta, float* c, std::int64_t ldc, std::int64_t stride_c,
-                                   std::int64_t batch) {
+                                   std::int64_t k, float alpha, const float* a, std::int64_t lda, std::int64_t stride_a,
+                                   const float* b, std::int64_t ldb, std::int64_t stride_b, float beta, float* c,
+                                   std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
     if (m == 0 || n == 0 || batch == 0) return;
     detail::require_int_extents(m, n, k, lda, ldb, ldc, batch);
     STRATA_CHECK_CUBLAS(cublasSgemmStridedBatched(
@@ -273,8 +272,8 @@ struct ops<cuda> {
     // All bits set: larger than every position, so atomicMin finds the first.
     STRATA_CHECK_CUDA(cudaMemsetAsync(first, 0xff, sizeof(unsigned long long), exec.stream));
     if (n > 0) {
-      detail::check_ids_kernel<detail::cuda_ops_block><<<detail::cuda_blocks_for_threads(n), detail::cuda_ops_block, 0, exec.stream>>>(
-          n, limit, values, first);
+      detail::check_ids_kernel<detail::cuda_ops_block>
+          <<<detail::cuda_blocks_for_threads(n), detail::cuda_ops_block, 0, exec.stream>>>(n, limit, values, first);
       detail::check_ops_launch();
     }
     unsigned long long found = 0;
@@ -294,8 +293,9 @@ struct ops<cuda> {
                                std::int64_t local, const float* ids, const float* src, float* out) {
     if (n == 0 || d == 0 || local == 0) return;
     const std::int64_t parts = std::max<std::int64_t>(1, std::min(local, detail::cuda_scatter_owners / d));
-    detail::scatter_rows_kernel<detail::cuda_ops_block><<<detail::cuda_blocks_for_threads(parts * d), detail::cuda_ops_block, 0,
-                                  exec.stream>>>(n, d, lo, local, parts, ids, src, out);
+    detail::scatter_rows_kernel<detail::cuda_ops_block>
+        <<<detail::cuda_blocks_for_threads(parts * d), detail::cuda_ops_block, 0, exec.stream>>>(n, d, lo, local, parts,
+                                                                                                 ids, src, out);
     detail::check_ops_launch();
   }
 
@@ -306,8 +306,8 @@ struct ops<cuda> {
   }
   static void copy(const exec_type& exec, float* dst, const float* src, std::int64_t n) {
     if (n > 0)
-      STRATA_CHECK_CUDA(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * sizeof(float),
-                                        cudaMemcpyDeviceToDevice, exec.stream));
+      STRATA_CHECK_CUDA(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                        exec.stream));
   }
   static void broadcast_rows(const exec_type& exec, std::int64_t rows, std::int64_t cols, const float* row,
                              float* out) {

@@ -171,8 +171,10 @@ inline void wait_stream(cudaStream_t s) {
     if (e != cudaErrorNotReady) STRATA_CHECK_CUDA(e);
     detail::stream_watch::get().run(std::chrono::steady_clock::now() - start);
     // Spin briefly (most waits are short), then back off to at most a millisecond.
-    if (pause.count() == 0) std::this_thread::yield();
-    else std::this_thread::sleep_for(pause);
+    if (pause.count() == 0)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(pause);
     if (std::chrono::steady_clock::now() - start > std::chrono::microseconds(200))
       pause = pause.count() == 0 ? std::chrono::microseconds(2) : std::min(pause * 2, std::chrono::microseconds(1000));
   }

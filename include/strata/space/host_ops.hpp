@@ -99,10 +99,9 @@ struct ops<host> {
   // One GEMM after another: BLAS threads each one, and a matrix's bits are those of the
   // same GEMM alone.
   static void gemm_strided_batched(const exec_type& exec, transpose ta, transpose tb, std::int64_t m, std::int64_t n,
-                                   std::int64_t k, float alpha, const float* a, std::int64_t lda,
-                                   std::int64_t stride_a, const float* b, std::int64_t ldb, std::int64_t stride_b,
-                                   float beta, float* c, std::int64_t ldc, std::int64_t stride_c,
-                                   std::int64_t batch) {
+                                   std::int64_t k, float alpha, const float* a, std::int64_t lda, std::int64_t stride_a,
+                                   const float* b, std::int64_t ldb, std::int64_t stride_b, float beta, float* c,
+                                   std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
     for (std::int64_t q = 0; q < batch; ++q)
       gemm(exec, ta, tb, m, n, k, alpha, a + q * stride_a, lda, b + q * stride_b, ldb, beta, c + q * stride_c, ldc);
   }

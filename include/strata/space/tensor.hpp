@@ -39,8 +39,16 @@ class tensor {
   const T* data() const noexcept { return storage_.data(); }
   std::span<T> span() noexcept { return {storage_.data(), numel()}; }
   std::span<const T> span() const noexcept { return {storage_.data(), numel()}; }
-  T& operator[](std::size_t i) noexcept requires Space::host_accessible { return storage_.data()[i]; }
-  const T& operator[](std::size_t i) const noexcept requires Space::host_accessible { return storage_.data()[i]; }
+  T& operator[](std::size_t i) noexcept
+  requires Space::host_accessible
+  {
+    return storage_.data()[i];
+  }
+  const T& operator[](std::size_t i) const noexcept
+  requires Space::host_accessible
+  {
+    return storage_.data()[i];
+  }
 
  private:
   buffer<T, Space> storage_;
@@ -53,7 +61,7 @@ struct context_space {
   using type = host;
 };
 template <class Ctx>
-  requires requires { typename Ctx::space_type; }
+requires requires { typename Ctx::space_type; }
 struct context_space<Ctx> {
   using type = typename Ctx::space_type;
 };

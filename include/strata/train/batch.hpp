@@ -22,7 +22,8 @@ void check_batch_rows(const batch<Space>& b, int micro_batches) {
                        " micro-batches do not divide");
   });
   expects<config_error>(b.targets.shape().rank > 0 && b.targets.dim(0) == rows, [&] {
-    return strata::cat("strata::trainer::step: targets have ", b.targets.shape().str(), " but inputs have ", rows, " rows");
+    return strata::cat("strata::trainer::step: targets have ", b.targets.shape().str(), " but inputs have ", rows,
+                       " rows");
   });
 }
 

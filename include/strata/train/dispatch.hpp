@@ -21,11 +21,11 @@ struct type_tag {
 };
 
 struct runtime_policies {
-  int zero_stage = 0;             // 0 (replicated), 1, 2, 3
-  bool offload = false;           // offload_optimizer (stages 1-3)
-  std::string precision = "fp32"; // fp32 | bf16 | fp16
-  std::string optimizer = "adamw";// adamw | sgd | lion
-  std::string schedule = "1f1b";  // 1f1b | gpipe (pipeline parallel only)
+  int zero_stage = 0;               // 0 (replicated), 1, 2, 3
+  bool offload = false;             // offload_optimizer (stages 1-3)
+  std::string precision = "fp32";   // fp32 | bf16 | fp16
+  std::string optimizer = "adamw";  // adamw | sgd | lion
+  std::string schedule = "1f1b";    // 1f1b | gpipe (pipeline parallel only)
 };
 
 namespace detail {

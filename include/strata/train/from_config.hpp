@@ -27,8 +27,9 @@ inline runtime_policies to_runtime_policies(const run_config& c) {
 // The trainer's runtime options; the batch sizes must be resolved first (resolve()).
 inline trainer_options to_trainer_options(const run_config& c) {
   if (!c.batch)
-    throw config_error("config: call run_config::resolve(data-parallel size) before to_trainer_options, so that "
-                       "gradient_accumulation_steps is known");
+    throw config_error(
+        "config: call run_config::resolve(data-parallel size) before to_trainer_options, so that "
+        "gradient_accumulation_steps is known");
   trainer_options o;
   o.lr = c.lr;
   o.schedule = c.schedule;

@@ -20,7 +20,7 @@ struct layer_cache {
   using type = typename L::cache;
 };
 template <class L, class Space>
-  requires requires { typename L::template cache<Space>; }
+requires requires { typename L::template cache<Space>; }
 struct layer_cache<L, Space> {
   using type = typename L::template cache<Space>;
 };
@@ -38,7 +38,8 @@ concept has_layer_cache = requires { typename L::cache; } || requires { typename
 // What the trainer needs of a layer (DESIGN §2), given the context type it runs with.
 // Outputs are passed in (and reused across steps) so a step never allocates.
 template <class L, class Ctx>
-concept trainable_layer = has_layer_cache<L, typename Ctx::space_type> &&
+concept trainable_layer =
+    has_layer_cache<L, typename Ctx::space_type> &&
     requires(L& l, const L& cl, Ctx& ctx, const tensor<float, typename Ctx::space_type>& in,
              tensor<float, typename Ctx::space_type>& out, layer_cache_t<L, typename Ctx::space_type>& c) {
       cl.forward(ctx, in, out, c);

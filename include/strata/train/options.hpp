@@ -15,13 +15,13 @@
 namespace strata {
 
 struct trainer_options {
-  float lr = 1e-3f;                      // used when schedule is left at its default
+  float lr = 1e-3f;  // used when schedule is left at its default
   lr_schedule schedule = lr_schedule::constant(1e-3);
-  float max_grad_norm = 0.0f;            // gradient_clipping; 0 = none
-  int micro_batches = 1;                 // gradient_accumulation_steps
+  float max_grad_norm = 0.0f;                       // gradient_clipping; 0 = none
+  int micro_batches = 1;                            // gradient_accumulation_steps
   std::size_t bucket_elems = default_bucket_elems;  // reduce_bucket_size (elements)
-  std::uint64_t seed = 0;                // weight initialisation and stochastic rounding
-  loss_scaler_options loss_scaler{};     // fp16 only
+  std::uint64_t seed = 0;                           // weight initialisation and stochastic rounding
+  loss_scaler_options loss_scaler{};                // fp16 only
   strata::rounding rounding = strata::rounding::nearest_even;
   // Pipeline stages as layer indices: stage s runs layers [cuts[s], cuts[s+1]). Empty:
   // balanced by parameter count.

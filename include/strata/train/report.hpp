@@ -10,15 +10,15 @@
 namespace strata {
 
 struct step_stats {
-  long step = 0;              // 1-based number of this optimizer step (skipped ones count)
-  float loss = 0;             // mean over the global batch
-  double grad_norm = 0;       // global L2 norm of the averaged, unscaled gradient (before clipping)
-  float lr = 0;               // learning rate used (or that would have been used)
-  float loss_scale = 1;       // fp16 dynamic loss scale in force for this step
-  bool skipped = false;       // non-finite gradients: no update on any rank
-  double seconds = 0;         // wall time of the step
-  double idle_seconds = 0;    // time this rank waited for pipeline neighbours
-  double samples_per_s = 0;   // global batch rows / seconds
+  long step = 0;             // 1-based number of this optimizer step (skipped ones count)
+  float loss = 0;            // mean over the global batch
+  double grad_norm = 0;      // global L2 norm of the averaged, unscaled gradient (before clipping)
+  float lr = 0;              // learning rate used (or that would have been used)
+  float loss_scale = 1;      // fp16 dynamic loss scale in force for this step
+  bool skipped = false;      // non-finite gradients: no update on any rank
+  double seconds = 0;        // wall time of the step
+  double idle_seconds = 0;   // time this rank waited for pipeline neighbours
+  double samples_per_s = 0;  // global batch rows / seconds
 };
 
 struct memory_report {

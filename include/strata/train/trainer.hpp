@@ -43,8 +43,8 @@ consteval bool report_model_errors() {
 }
 }  // namespace detail
 
-template <class Model, class Space = host, class Sharding = replicated, class Optimizer = adamw,
-          class Precision = fp32, class Schedule = one_f_one_b>
+template <class Model, class Space = host, class Sharding = replicated, class Optimizer = adamw, class Precision = fp32,
+          class Schedule = one_f_one_b>
 class trainer {
   static_assert(detail::has_engine<Space>,
                 "strata::trainer<Model, strata::cuda, ...>: the CUDA trainer's kernels are in CUDA headers: include "
@@ -90,7 +90,7 @@ class trainer {
   step_stats step(const batch<Space>& b) { return body_.step(b); }
   // A device trainer also takes a batch in host memory, copied over first.
   template <class S>
-    requires(!std::is_same_v<S, Space>)
+  requires(!std::is_same_v<S, Space>)
   step_stats step(const batch<S>& b) {
     return body_.step(body_.staged(b));
   }
@@ -98,7 +98,7 @@ class trainer {
   // The mean loss of a batch under the current weights, without training (collective).
   float evaluate(const batch<Space>& b) { return body_.evaluate(b); }
   template <class S>
-    requires(!std::is_same_v<S, Space>)
+  requires(!std::is_same_v<S, Space>)
   float evaluate(const batch<S>& b) {
     return body_.evaluate(body_.staged(b));
   }

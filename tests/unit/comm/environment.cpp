@@ -3,9 +3,9 @@
 #include <span>
 #include <vector>
 
-#include "catch.hpp"
 #include <strata/comm/communicator.hpp>
 #include <strata/comm/environment.hpp>
+#include "catch.hpp"
 
 static_assert(strata::communicator<strata::world_comm>);
 

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "catch.hpp"
 #include <strata/comm/grid.hpp>
 #include <strata/comm/self.hpp>
+#include "catch.hpp"
 
 using strata::grid_dims;
 using strata::detail::grid_layout;

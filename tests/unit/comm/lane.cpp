@@ -1,14 +1,14 @@
 // The lane behind every host communicator, with a scripted executor: order, overlap of
 // posted operations, errors that reach the right request, back-pressure and time-outs.
 #include <atomic>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <mutex>
 #include <thread>
 #include <vector>
 
-#include "catch.hpp"
 #include <strata/comm/detail/lane.hpp>
+#include "catch.hpp"
 
 using namespace std::chrono_literals;
 using clk = std::chrono::steady_clock;

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <exception>
 #include <random>
-#include <string>
 #include <strata/comm/detail/rendezvous.hpp>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -45,8 +45,10 @@ std::string error_of(F&& f) {
 struct env_var {
   std::string name;
   env_var(std::string n, const char* value) : name(std::move(n)) {
-    if (value) ::setenv(name.c_str(), value, 1);
-    else ::unsetenv(name.c_str());
+    if (value)
+      ::setenv(name.c_str(), value, 1);
+    else
+      ::unsetenv(name.c_str());
   }
   ~env_var() { ::unsetenv(name.c_str()); }
 };

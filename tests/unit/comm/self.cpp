@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "catch.hpp"
 #include <strata/comm/communicator.hpp>
 #include <strata/comm/self.hpp>
+#include "catch.hpp"
 
 using strata::reduce_op;
 using strata::self_comm;

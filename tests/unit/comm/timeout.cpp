@@ -14,10 +14,10 @@
 #include <thread>
 #include <vector>
 
-#include "catch.hpp"
 #include <strata/comm/detail/lane.hpp>
 #include <strata/comm/environment.hpp>
 #include <strata/comm/grid.hpp>
+#include "catch.hpp"
 
 using namespace std::chrono_literals;
 

@@ -172,8 +172,10 @@ TEST_CASE("stochastic bf16: rounds up with probability equal to the discarded fr
     const auto lo = static_cast<std::uint16_t>(u >> 16);
     for (std::uint32_t noise = 0; noise < 65536; ++noise) {
       const std::uint16_t r = float_to_bf16_stochastic(bits_float(u), noise);
-      if (r == lo + 1) ++ups;
-      else if (r != lo) ++others;
+      if (r == lo + 1)
+        ++ups;
+      else if (r != lo)
+        ++others;
     }
     INFO("input bits " << std::hex << u);
     CHECK(others == 0);

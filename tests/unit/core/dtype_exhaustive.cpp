@@ -43,8 +43,8 @@ constexpr std::uint16_t float_to_fp16_rne(float f) {
   x &= 0x7fffffffu;
   if (x >= 0x7f800000u) return static_cast<std::uint16_t>(sign | (x > 0x7f800000u ? 0x7e00u : 0x7c00u));
   if (x >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to inf
-  if (x < 0x38800000u) {                                                   // below 2^-14: subnormal
-    if (x <= 0x33000000u) return static_cast<std::uint16_t>(sign);         // <= 2^-25 rounds to 0
+  if (x < 0x38800000u) {                                                    // below 2^-14: subnormal
+    if (x <= 0x33000000u) return static_cast<std::uint16_t>(sign);          // <= 2^-25 rounds to 0
     const std::uint32_t e = x >> 23;
     const std::uint32_t m = (x & 0x7fffffu) | 0x800000u;
     const std::uint32_t shift = 126u - e;

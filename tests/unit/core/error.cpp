@@ -58,8 +58,9 @@ TEST_CASE("expects: throws the asked type, with the message and the caller's loc
   CHECK_THROWS_AS(strata::expects<strata::checkpoint_error>(false, "x"), strata::checkpoint_error);
   // The default kind is strata::error itself, caught by a handler for any of them.
   CHECK_THROWS_AS(strata::expects(false, "x"), strata::error);
-  CHECK(thrown<std::runtime_error>([] { strata::expects<strata::cuda_error>(false, "no device"); })
-            .rfind("no device [", 0) == 0);
+  CHECK(thrown<std::runtime_error>([] {
+          strata::expects<strata::cuda_error>(false, "no device");
+        }).rfind("no device [", 0) == 0);
   // A std::string message works too.
   CHECK(thrown([] { strata::expects(false, std::string("built ") + "early"); }).rfind("built early [", 0) == 0);
 }

@@ -69,8 +69,8 @@ TEST_CASE("a full config: every key lands in its field") {
   CHECK(c.scheduler == "WarmupDecayLR");
   CHECK(c.schedule.warmup_min_lr == 1e-5);
   CHECK(c.schedule.warmup_max_lr == 3e-4);
-  check_same_schedule(c.schedule, strata::lr_schedule::warmup_decay(1e-5, 3e-4, 100, 1000,
-                                                                    strata::lr_schedule::warmup_curve::linear));
+  check_same_schedule(
+      c.schedule, strata::lr_schedule::warmup_decay(1e-5, 3e-4, 100, 1000, strata::lr_schedule::warmup_curve::linear));
 
   CHECK(c.tensor_parallel_size == 2);
   CHECK(c.pipeline_parallel_size == 2);
@@ -135,8 +135,8 @@ TEST_CASE("Hugging Face style \"auto\": batch sizes derived, bucket sizes defaul
   CHECK(config_error_of(R"({"train_batch_size": 8, "fp16": {"enabled": "auto"}})") ==
         "config: fp16.enabled is \"auto\", which the Hugging Face Trainer replaces before DeepSpeed sees it; strata "
         "needs a value here");
-  CHECK(config_error_of(R"({"train_batch_size": 8, "gradient_clipping": "auto"})").rfind(
-            "config: gradient_clipping is \"auto\"", 0) == 0);
+  CHECK(config_error_of(R"({"train_batch_size": 8, "gradient_clipping": "auto"})")
+            .rfind("config: gradient_clipping is \"auto\"", 0) == 0);
 }
 
 TEST_CASE("SGD, Lion, case-insensitive optimizer types, and the old bfloat16 section") {
@@ -166,7 +166,8 @@ TEST_CASE("SGD, Lion, case-insensitive optimizer types, and the old bfloat16 sec
             .optimizer == "adamw");
 
   CHECK(parse_config(R"({"train_batch_size": 8, "bfloat16": {"enabled": true}})").precision() == "bf16");
-  const run_config both = parse_config(R"({"train_batch_size": 8, "bf16": {"enabled": false}, "bfloat16": {"enabled": true}})");
+  const run_config both =
+      parse_config(R"({"train_batch_size": 8, "bf16": {"enabled": false}, "bfloat16": {"enabled": true}})");
   CHECK(both.precision() == "fp32");  // "bf16" wins, as in DeepSpeed
   CHECK(both.unknown_keys == std::vector<std::string>{"bfloat16"});
 }
@@ -198,18 +199,19 @@ TEST_CASE("batch sizes: the missing one derived as DeepSpeed does, inconsistency
     return error_of<config_error>([&] { parse_config(json).resolve(dp); });
   };
   using v = std::vector<long>;
-  CHECK(resolve(R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4})", 4) ==
-        v{64, 4, 4});
+  CHECK(resolve(R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4})",
+                4) == v{64, 4, 4});
   CHECK(resolve(R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4})", 4) == v{64, 4, 4});
   CHECK(resolve(R"({"train_batch_size": 64, "gradient_accumulation_steps": 2})", 4) == v{64, 8, 2});
   CHECK(resolve(R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})", 3) == v{24, 4, 2});
   CHECK(resolve(R"({"train_batch_size": 32})", 4) == v{32, 8, 1});
   CHECK(resolve(R"({"train_micro_batch_size_per_gpu": 4})", 2) == v{8, 4, 1});
 
-  CHECK(resolve_error(R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4})",
-                      2) ==
-        "config: train_batch_size (64) must equal train_micro_batch_size_per_gpu (4) * gradient_accumulation_steps (4) * "
-        "data-parallel size (2) = 32");
+  CHECK(
+      resolve_error(
+          R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4})", 2) ==
+      "config: train_batch_size (64) must equal train_micro_batch_size_per_gpu (4) * gradient_accumulation_steps (4) * "
+      "data-parallel size (2) = 32");
   CHECK(resolve_error(R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4})", 3) ==
         "config: train_batch_size (64) must equal train_micro_batch_size_per_gpu (4) * gradient_accumulation_steps "
         "(derived: 5) * data-parallel size (3) = 60");
@@ -264,7 +266,8 @@ TEST_CASE("malformed configs: each fails with its exact message") {
        "(offload_optimizer), not parameters; use \"none\""},
       {"bad_offload_stage0.json",
        "config: zero_optimization.offload_optimizer.device \"cpu\" needs zero_optimization.stage 1, 2 or 3 (got 0)"},
-      {"bad_optimizer_no_type.json", "config: optimizer.type is missing (one of \"Adam\", \"AdamW\", \"SGD\", \"Lion\")"},
+      {"bad_optimizer_no_type.json",
+       "config: optimizer.type is missing (one of \"Adam\", \"AdamW\", \"SGD\", \"Lion\")"},
       {"bad_optimizer_type.json",
        "config: optimizer.type must be one of \"Adam\", \"AdamW\", \"SGD\", \"Lion\" (any case), got \"Lamb\""},
       {"bad_pipeline_schedule.json",
@@ -275,7 +278,8 @@ TEST_CASE("malformed configs: each fails with its exact message") {
       {"bad_steps_per_print.json", "config: steps_per_print must be an integer >= 1, got true"},
       {"bad_tensor_parallel.json", "config: strata.tensor_parallel_size must be an integer >= 1, got 0"},
       {"bad_top_level.json", "config: the top level must be a JSON object, got [{\"train_batch_size\":8}]"},
-      {"bad_warmup_type.json", "config: scheduler.params.warmup_type must be one of \"log\", \"linear\", got \"cosine\""},
+      {"bad_warmup_type.json",
+       "config: scheduler.params.warmup_type must be one of \"log\", \"linear\", got \"cosine\""},
       {"bad_zero_section_type.json", "config: zero_optimization must be an object, got 3"},
       {"bad_zero_stage_range.json", "config: zero_optimization.stage must be an integer 0..3, got 4"},
       {"bad_zero_stage_type.json", "config: zero_optimization.stage must be an integer 0..3, got \"two\""},

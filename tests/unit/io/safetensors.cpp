@@ -214,8 +214,9 @@ TEST_CASE("write is atomic: it replaces the old file whole and leaves no tempora
   for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator(dir.path())) ++entries;
   CHECK(entries == 1);
   // A write that cannot happen (no such directory) throws and leaves nothing behind.
-  CHECK(error_of<checkpoint_error>([&] { b.write(dir / "missing" / "x.safetensors"); })
-            .find("cannot create temporary file") != std::string::npos);
+  CHECK(error_of<checkpoint_error>([&] {
+          b.write(dir / "missing" / "x.safetensors");
+        }).find("cannot create temporary file") != std::string::npos);
 }
 
 TEST_CASE("writer input is checked") {
@@ -278,21 +279,24 @@ TEST_CASE("every header field is validated against the file before use") {
   }
   SECTION("trailing bytes not covered by any tensor") {
     CHECK(open_error(dir, raw_file(hdr(w), 32)) ==
-          file + "the tensors cover 24 bytes but the data area is 32 bytes (trailing bytes: truncated header or wrong "
-                 "file?)");
+          file +
+              "the tensors cover 24 bytes but the data area is 32 bytes (trailing bytes: truncated header or wrong "
+              "file?)");
   }
   SECTION("shape and byte count disagree") {
     CHECK(open_error(dir, raw_file(hdr(R"("w":{"dtype":"F16","shape":[2,3],"data_offsets":[0,24]})"), 24)) ==
           file + "tensor \"w\": shape [2,3] of F16 is 12 bytes but data_offsets [0, 24] span 24");
   }
   SECTION("shape whose byte count overflows 64 bits") {
-    CHECK(open_error(dir, raw_file(hdr(R"("w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]})"),
-                                   0)) == file + "tensor \"w\": shape [4294967296,4294967296] overflows a 64-bit byte count");
+    CHECK(open_error(dir,
+                     raw_file(hdr(R"("w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]})"), 0)) ==
+          file + "tensor \"w\": shape [4294967296,4294967296] overflows a 64-bit byte count");
   }
   SECTION("unknown dtype") {
     CHECK(open_error(dir, raw_file(hdr(R"("w":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]})"), 4)) ==
-          file + "tensor \"w\": dtype \"F8_E4M3\" is not one strata reads (F64, F32, BF16, F16, I64, I32, I16, I8, "
-                 "U64, U32, U16, U8)");
+          file +
+              "tensor \"w\": dtype \"F8_E4M3\" is not one strata reads (F64, F32, BF16, F16, I64, I32, I16, I8, "
+              "U64, U32, U16, U8)");
   }
   SECTION("non-object JSON") {
     CHECK(open_error(dir, raw_file("[1, 2, 3]", 0)) == file + "header is not a JSON object (it must start with '{')");
@@ -382,8 +386,9 @@ TEST_CASE("export_weights / import_weights: f32 exact, bf16 rounded, name map, e
                                     "model.layers.0.mlp.up_proj.bias"};
   strata::export_weights(dir / "hf.safetensors", hf, shapes, values);
   auto map = [](std::string_view n) -> std::string {
-    for (auto [from, to] : {std::pair{"embed.", "model.embed_tokens."}, std::pair{"blocks.0.fc1.", "model.layers.0.mlp.up_proj."},
-                            std::pair{"blocks.0.fc2.", "model.layers.0.mlp.down_proj."}})
+    for (auto [from, to] :
+         {std::pair{"embed.", "model.embed_tokens."}, std::pair{"blocks.0.fc1.", "model.layers.0.mlp.up_proj."},
+          std::pair{"blocks.0.fc2.", "model.layers.0.mlp.down_proj."}})
       if (n.starts_with(from)) return to + std::string(n.substr(std::string_view(from).size()));
     return std::string(n);
   };

@@ -38,8 +38,18 @@ static_assert(!k::detail::split_at_sqrt<count_op>);
 }  // namespace
 
 TEST_CASE("run_host covers [0, n) exactly once") {
-  const std::size_t sizes[] = {0,   1,   3,   15,  16,  17,  511, 512, 513, k::detail::host_parallel_min - 1,
-                               k::detail::host_parallel_min, k::detail::host_parallel_min * 3 + 7};
+  const std::size_t sizes[] = {0,
+                               1,
+                               3,
+                               15,
+                               16,
+                               17,
+                               511,
+                               512,
+                               513,
+                               k::detail::host_parallel_min - 1,
+                               k::detail::host_parallel_min,
+                               k::detail::host_parallel_min * 3 + 7};
   for (int threads : {1, 2, 3}) {
     omp_set_num_threads(threads);
     for (std::size_t n : sizes) {

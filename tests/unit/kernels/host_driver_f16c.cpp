@@ -10,8 +10,8 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -97,8 +97,8 @@ std::string differences(const adam_arrays& a, const adam_arrays& b) {
     std::memcpy(&bx, &x[first], sizeof x[first]);
     std::memcpy(&by, &y[first], sizeof y[first]);
     s << name << ": " << count << " differ, first at " << first << " (" << std::hex << std::showbase << bx << " vs "
-      << by << std::dec << std::noshowbase << ", grad " << std::hex << std::showbase << a.grad[first].bits << ", master "
-      << strata::detail::float_bits(b.master[first]) << std::dec << std::noshowbase << "); ";
+      << by << std::dec << std::noshowbase << ", grad " << std::hex << std::showbase << a.grad[first].bits
+      << ", master " << strata::detail::float_bits(b.master[first]) << std::dec << std::noshowbase << "); ";
   };
   field("master", a.master, b.master);
   field("m", a.m, b.m);
@@ -109,8 +109,22 @@ std::string differences(const adam_arrays& a, const adam_arrays& b) {
 
 template <k::write_mode W>
 k::adamw_update<fp16, fp16, W> adam_on(adam_arrays& a, float grad_scale, float decay_factor, float step_size) {
-  return {a.master.data(), a.grad.data(), a.m.data(), a.v.data(), a.out.data(), grad_scale, 0.9f, 0.1f, 0.999f,
-          0.001f, decay_factor, step_size, 1.25f, 1e-8f, 0x1234'5678'9abc'def0ull, 77};
+  return {a.master.data(),
+          a.grad.data(),
+          a.m.data(),
+          a.v.data(),
+          a.out.data(),
+          grad_scale,
+          0.9f,
+          0.1f,
+          0.999f,
+          0.001f,
+          decay_factor,
+          step_size,
+          1.25f,
+          1e-8f,
+          0x1234'5678'9abc'def0ull,
+          77};
 }
 
 // 32 well-mixed bits of i (a murmur3 finalizer).
@@ -140,7 +154,7 @@ adam_arrays sweep(std::size_t n, bool special_moments) {
     a.grad[i] = fp16::from_bits(static_cast<std::uint16_t>(u * 40503u + (u >> 16)));
     a.master[i] = bits_float(((u & 0xfffffu) << 12) | lows[(u >> 20) % 8]);
     const std::uint32_t r = mix(u);
-    a.m[i] = bits_float((r & 0x807fffffu) | (((r >> 23) % 60u + 97u) << 23));  // |m| in [2^-30, 2^30)
+    a.m[i] = bits_float((r & 0x807fffffu) | (((r >> 23) % 60u + 97u) << 23));      // |m| in [2^-30, 2^30)
     a.v[i] = bits_float((mix(r) & 0x007fffffu) | (((r >> 8) % 70u + 67u) << 23));  // v in [2^-60, 2^10)
     if (special_moments && r % 61 == 0) a.m[i] = bits_float(0x7f800000u | (mix(r) & 0x807fffffu) | 1u);  // NaNs
     if (special_moments && r % 67 == 1) a.v[i] = bits_float(0x7f800000u | (mix(r + 1) & 0x807fffffu) | 1u);
@@ -159,9 +173,8 @@ struct config {
   const char* name;
   float grad_scale, decay_factor, step_size;
 };
-constexpr config configs[] = {{"plain", 1.0f, 0.999f, 1e-3f},
-                              {"scaled grads", 1e16f, 1.0f, 0.5f},
-                              {"identity", 1.0f, 1.0f, 0.0f}};
+constexpr config configs[] = {
+    {"plain", 1.0f, 0.999f, 1e-3f}, {"scaled grads", 1e16f, 1.0f, 0.5f}, {"identity", 1.0f, 1.0f, 0.0f}};
 
 }  // namespace
 
@@ -211,26 +224,27 @@ TEST_CASE("F16C conversions with FTZ and DAZ set give the same bits as the scala
 // The fp16 copy is the rounding of the updated master, element by element.
 std::size_t copies_not_rounded(const adam_arrays& a) {
   std::size_t bad = 0;
-  for (std::size_t i = 0; i < a.master.size(); ++i) bad += a.out[i].bits != strata::detail::float_to_fp16_rne(a.master[i]);
+  for (std::size_t i = 0; i < a.master.size(); ++i)
+    bad += a.out[i].bits != strata::detail::float_to_fp16_rne(a.master[i]);
   return bad;
 }
 
 TEST_CASE("adamw fp16: run_split's F16C tiles, its scalar tiles and operator() give the same bits") {
   const bool f16c = have_f16c();
   static_assert(k::detail::f16c_converts<k::adamw_update<fp16, fp16, k::write_mode::nearest_even>>);
-  static_assert(k::detail::f16c_converts<k::adamw_update<fp16, fp16, k::write_mode::stochastic>>);  // grads
+  static_assert(k::detail::f16c_converts<k::adamw_update<fp16, fp16, k::write_mode::stochastic>>);     // grads
   static_assert(k::detail::f16c_converts<k::adamw_update<fp16, float, k::write_mode::nearest_even>>);  // params
   static_assert(!k::detail::f16c_converts<k::adamw_update<float, float, k::write_mode::none>>);
   static_assert(!k::detail::f16c_converts<k::adamw_update<strata::bf16, strata::bf16, k::write_mode::nearest_even>>);
   // The full sweep (8 blocks of 2^20 and a tail that is no multiple of the tile), one
   // block and a bit, and sizes around the tile and the parallel threshold.
-  const std::size_t sizes[] = {(std::size_t{8} << 20) + 13, (std::size_t{1} << 20) + 37, 65536, 15, 16, 17, 40,
+  const std::size_t sizes[] = {(std::size_t{8} << 20) + 13,     (std::size_t{1} << 20) + 37, 65536, 15, 16, 17, 40,
                                k::detail::host_parallel_min + 3};
   for (const bool special_moments : {false, true})
     for (const config& c : configs)
       for (const std::size_t n : sizes)
         for (const int threads : {1, 2}) {
-          if (threads == 2 && n < k::detail::host_parallel_min) continue;  // one thread runs it anyway
+          if (threads == 2 && n < k::detail::host_parallel_min) continue;                 // one thread runs it anyway
           if (n > (std::size_t{2} << 20) && (special_moments || threads == 1)) continue;  // time
           omp_set_num_threads(threads);
           const adam_arrays start = sweep(n, special_moments);
@@ -242,8 +256,8 @@ TEST_CASE("adamw fp16: run_split's F16C tiles, its scalar tiles and operator() g
           k::detail::run_split(n, f(scalar), parallel, false);
           if (f16c) k::detail::run_split(n, f(tiled), parallel, true);
           k::run_host(n, f(dispatched));
-          INFO((special_moments ? "NaN and inf moments, " : "finite moments, ") << c.name << ", n " << n
-                                                                                << ", threads " << threads);
+          INFO((special_moments ? "NaN and inf moments, " : "finite moments, ")
+               << c.name << ", n " << n << ", threads " << threads);
           if (f16c) CHECK(differences(tiled, scalar) == "");
           CHECK(differences(dispatched, scalar) == "");
           CHECK(copies_not_rounded(scalar) == 0);

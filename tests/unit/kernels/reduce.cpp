@@ -111,7 +111,7 @@ void check_cast() {
   k::cast(std::span<P>(h), std::span<float>(back));
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {
-    wrong += h[i].bits != P(x[i]).bits;      // RNE, as core's conversion
+    wrong += h[i].bits != P(x[i]).bits;            // RNE, as core's conversion
     wrong += back[i] != static_cast<float>(h[i]);  // widening is exact
   }
   CHECK(wrong == 0);

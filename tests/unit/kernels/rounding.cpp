@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "catch.hpp"
-#include "strata/optim/shard.hpp"
 #include "strata/optim/sgd.hpp"
+#include "strata/optim/shard.hpp"
 
 using strata::bf16;
 using strata::fp16;
@@ -28,7 +28,8 @@ std::vector<P> round_copy(const std::vector<float>& master_in, std::uint64_t see
   a.seed = seed;
   a.global_offset = offset;
   std::vector<strata::decay_run> runs;
-  for (std::size_t k = 0; k < pieces; ++k) strata::add_decay_run(runs, n * k / pieces, n * (k + 1) / pieces - n * k / pieces, k % 2);
+  for (std::size_t k = 0; k < pieces; ++k)
+    strata::add_decay_run(runs, n * k / pieces, n * (k + 1) / pieces - n * k / pieces, k % 2);
   strata::step_runs(strata::sgd{}, a, std::span<const strata::decay_run>(runs), 0.0f, 1.0f, step);
   return out;
 }
@@ -65,8 +66,10 @@ void check_stochastic() {
   for (std::size_t i = 0; i < n; ++i) {
     const P lo(v[i] < 0 ? -std::fabs(float(P(v[i]))) : float(P(v[i])));  // RNE: nearer is the low side at 0.3
     const auto hi_bits = static_cast<std::uint16_t>(lo.bits + 1);
-    if (bits(a[i]) == hi_bits) ++up;
-    else if (bits(a[i]) != lo.bits) ++other;
+    if (bits(a[i]) == hi_bits)
+      ++up;
+    else if (bits(a[i]) != lo.bits)
+      ++other;
   }
   CHECK(other == 0);
   const double share = double(up) / n;
@@ -122,7 +125,8 @@ TEST_CASE("without stochastic rounding the copy is round-to-nearest-even") {
   const std::vector<float> v = between<bf16>(1000, 0.5f);  // ties: RNE picks the even one
   std::vector<float> master = v, g(v.size()), buf(v.size());
   std::vector<bf16> out(v.size());
-  strata::sgd{}.step(strata::shard_args<bf16, float>{master.data(), g.data(), buf.data(), nullptr, out.data(), v.size()},
-                     0.0f, 1.0f, true, 1);
+  strata::sgd{}.step(
+      strata::shard_args<bf16, float>{master.data(), g.data(), buf.data(), nullptr, out.data(), v.size()}, 0.0f, 1.0f,
+      true, 1);
   for (std::size_t i = 0; i < v.size(); ++i) CHECK(out[i].bits == bf16(v[i]).bits);
 }

@@ -101,8 +101,8 @@ TEST_CASE("adamw: host driver == scalar reference, bitwise, for any thread count
 TEST_CASE("adamw: the fused operator() (CUDA driver form) == the split host form") {
   adam_state a = adam_inputs(4099), b = a;
   strata::kernels::adamw_update<float, float, strata::kernels::write_mode::none> f{
-      b.p.data(), b.g.data(), b.m.data(), b.v.data(), nullptr, 1.0f, 0.9f, 0.1f, 0.999f, 0.001f,
-      0.9999f,    0.01f,      1.3f,       1e-8f,      0,       0};
+      b.p.data(), b.g.data(), b.m.data(), b.v.data(), nullptr, 1.0f,  0.9f, 0.1f,
+      0.999f,     0.001f,     0.9999f,    0.01f,      1.3f,    1e-8f, 0,    0};
   for (std::size_t i = 0; i < b.p.size(); ++i) f(i);
   f.master = a.p.data(), f.exp_avg = a.m.data(), f.exp_avg_sq = a.v.data(), f.grad = a.g.data();
   strata::kernels::run_host(a.p.size(), f);
@@ -216,7 +216,7 @@ TEST_CASE("mixed precision: bf16/fp16 grads in, param copy == RNE(master) out") 
 
 TEST_CASE("an fp32 param copy, when given, is the master itself") {
   std::vector<float> p = values(1000, 13, -1, 1), g = grads(1000, 14), m(1000), v(1000), out(1000, -7.0f);
-  strata::adamw{}.step(strata::shard_args<float, float>{p.data(), g.data(), m.data(), v.data(), out.data(), 1000}, 1e-3f,
-                       1.0f, true, 1);
+  strata::adamw{}.step(strata::shard_args<float, float>{p.data(), g.data(), m.data(), v.data(), out.data(), 1000},
+                       1e-3f, 1.0f, true, 1);
   CHECK(same_bits(out, p));
 }

@@ -33,10 +33,10 @@ struct expected_param {
 std::vector<expected_param> expected_params() {
   std::vector<expected_param> e{{"embed.weight", {11, 6}, 0, 0}};
   const std::vector<expected_param> block{
-      {"attn.q.weight", {6, 6}, 0, 0},  {"attn.q.bias", {6}, 0, 48},   {"attn.k.weight", {6, 6}, 0, 64},
-      {"attn.k.bias", {6}, 0, 112},     {"attn.v.weight", {6, 6}, 0, 128}, {"attn.v.bias", {6}, 0, 176},
-      {"fc1.weight", {10, 6}, 0, 192},  {"fc1.bias", {10}, 0, 256},    {"fc2.weight", {6, 10}, 0, 272},
-      {"fc2.bias", {6}, 0, 336},        {"ln.gamma", {6}, 0, 352},     {"ln.beta", {6}, 0, 368}};
+      {"attn.q.weight", {6, 6}, 0, 0}, {"attn.q.bias", {6}, 0, 48},       {"attn.k.weight", {6, 6}, 0, 64},
+      {"attn.k.bias", {6}, 0, 112},    {"attn.v.weight", {6, 6}, 0, 128}, {"attn.v.bias", {6}, 0, 176},
+      {"fc1.weight", {10, 6}, 0, 192}, {"fc1.bias", {10}, 0, 256},        {"fc2.weight", {6, 10}, 0, 272},
+      {"fc2.bias", {6}, 0, 336},       {"ln.gamma", {6}, 0, 352},         {"ln.beta", {6}, 0, 368}};
   const std::size_t block_offsets[] = {128, 512, 896};
   for (std::size_t b = 0; b < 3; ++b)
     for (const auto& p : block)
@@ -114,7 +114,8 @@ TEST_CASE("layout invariants hold for other alignments", "[model][layout]") {
       CHECK(p.offset % flat_layout::param_alignment == 0);
       CHECK(p.offset >= std::max(previous_end, s.offset));  // in order, no overlap
       CHECK(p.offset + p.numel <= s.offset + s.used);
-      CHECK(p.offset - previous_end < flat_layout::param_alignment + (s.offset > previous_end ? s.offset - previous_end : 0));
+      CHECK(p.offset - previous_end <
+            flat_layout::param_alignment + (s.offset > previous_end ? s.offset - previous_end : 0));
       previous_end = p.offset + p.numel;
     }
   }
@@ -183,7 +184,8 @@ TEST_CASE("bind points each param at its offset; padding stays zero", "[model][l
   });
   // Writing through every param touches each param element once and nothing else.
   std::vector<float> expected(layout.total(), 0.0f);
-  for (const auto& p : layout.params()) std::fill_n(expected.begin() + static_cast<std::ptrdiff_t>(p.offset), p.numel, 1.0f);
+  for (const auto& p : layout.params())
+    std::fill_n(expected.begin() + static_cast<std::ptrdiff_t>(p.offset), p.numel, 1.0f);
   CHECK(std::equal(expected.begin(), expected.end(), data.data()));
   for (float& v : expected) v *= 2.0f;
   CHECK(std::equal(expected.begin(), expected.end(), grad.data()));
@@ -195,8 +197,8 @@ TEST_CASE("bind points each param at its offset; padding stays zero", "[model][l
 }
 
 TEST_CASE("zero-param layers get empty segments", "[model][layout]") {
-  st::mlp_with_activations m{st::make_linear(4, 3), {}, st::make_linear(4, 4), std::vector<st::relu>(2),
-                             st::make_linear(1, 4)};
+  st::mlp_with_activations m{
+      st::make_linear(4, 3), {}, st::make_linear(4, 4), std::vector<st::relu>(2), st::make_linear(1, 4)};
   const flat_layout layout = flat_layout::of(m, 16);
   REQUIRE(layout.segments().size() == 6);
   // fc1: w 12 at 0, b 4 at 16 -> used 20, size 32; act: empty at 32; fc2: w 16 at 32,

@@ -90,8 +90,8 @@ TEST_CASE("field names come from the declarations, usable at compile time", "[mo
   CHECK(names[1] == "blocks");
   CHECK(names[2] == "head");
   CHECK(strata::field_names<st::relu>().size() == 0);
-  CHECK(strata::field_names<moe>() == std::array<std::string_view, 5>{"router", "experts", "scratch", "capacities",
-                                                                        "label"});
+  CHECK(strata::field_names<moe>() ==
+        std::array<std::string_view, 5>{"router", "experts", "scratch", "capacities", "label"});
 }
 
 TEST_CASE("field names of a type local to a function", "[model][field_names]") {
@@ -227,15 +227,15 @@ TEST_CASE("for_each_layer gives the model's layers in order, one per vector elem
 }
 
 TEST_CASE("zero-param layers are layers too", "[model][reflect]") {
-  st::mlp_with_activations m{st::make_linear(4, 3), {}, st::make_linear(4, 4), std::vector<st::relu>(2), st::make_linear(1, 4)};
+  st::mlp_with_activations m{
+      st::make_linear(4, 3), {}, st::make_linear(4, 4), std::vector<st::relu>(2), st::make_linear(1, 4)};
   std::vector<std::string> layer_names;
   strata::for_each_layer(m, [&](auto&, std::string_view name, std::size_t) { layer_names.emplace_back(name); });
-  CHECK(layer_names ==
-        std::vector<std::string>{"fc1", "act", "fc2", "more_acts.0", "more_acts.1", "out"});
+  CHECK(layer_names == std::vector<std::string>{"fc1", "act", "fc2", "more_acts.0", "more_acts.1", "out"});
   std::vector<std::string> param_names;
   strata::for_each_param(m, [&](auto&, std::string_view name) { param_names.emplace_back(name); });
-  CHECK(param_names == std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "out.weight",
-                                                "out.bias"});
+  CHECK(param_names ==
+        std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "out.weight", "out.bias"});
 }
 
 TEST_CASE("assign_names fills every param's name with its dotted path", "[model][reflect]") {

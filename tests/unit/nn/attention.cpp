@@ -161,19 +161,13 @@ TEST_CASE("attention: sizes that do not fit are config_errors naming the numbers
   context ctx;
   nn::causal_self_attention::cache c;
   tensor<float> y;
-  CHECK_CONTAINS(message_of<strata::config_error>([&] {
-                   f.a.forward(ctx, tensor<float>(shape{2, 8}), y, c);
-                 }),
+  CHECK_CONTAINS(message_of<strata::config_error>([&] { f.a.forward(ctx, tensor<float>(shape{2, 8}), y, c); }),
                  "expected [batch, sequence, 8]");
-  CHECK_CONTAINS(message_of<strata::config_error>([&] {
-                   f.a.forward(ctx, tensor<float>(shape{1, 3, 6}), y, c);
-                 }),
+  CHECK_CONTAINS(message_of<strata::config_error>([&] { f.a.forward(ctx, tensor<float>(shape{1, 3, 6}), y, c); }),
                  "expected [batch, sequence, 8]");
   // A layer holding half the heads cannot run where there is no tensor communicator.
   auto half = nn::make_causal_self_attention(8, 2, 0, 2);
   for (auto* p : {&half.qkv.weight, &half.qkv.bias, &half.proj.weight, &half.proj.bias}) f.store.bind(*p, f.rng);
-  CHECK_CONTAINS(message_of<strata::config_error>([&] {
-                   half.forward(ctx, tensor<float>(shape{1, 3, 8}), y, c);
-                 }),
+  CHECK_CONTAINS(message_of<strata::config_error>([&] { half.forward(ctx, tensor<float>(shape{1, 3, 8}), y, c); }),
                  "built for 2 tensor-parallel ranks, but the context has no tensor communicator");
 }

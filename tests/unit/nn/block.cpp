@@ -177,7 +177,8 @@ TEST_CASE("results do not depend on the OpenMP thread count (bitwise)") {
   std::mt19937 rng(52);
   param_store store;
   context ctx;
-  classifier m{nn::make_embedding(50, 128), make_block(128, 256), nn::make_layer_norm(128), nn::make_linear(128, 10), {}};
+  classifier m{
+      nn::make_embedding(50, 128), make_block(128, 256), nn::make_layer_norm(128), nn::make_linear(128, 10), {}};
   std::vector<param<float>*> ps;
   collect_params(m, ps);
   for (auto* p : ps) store.bind(*p, rng, -0.2f, 0.2f);

@@ -56,7 +56,8 @@ std::vector<double> reference(const nn::grouped_query_attention& a, const tensor
         double m = -1e300, sum = 0.0;
         for (std::int64_t j = 0; j <= i; ++j) {
           double s = 0.0;
-          for (std::int64_t e = 0; e < hd; ++e) s += q[(b * S + i) * H * hd + h * hd + e] * k[(b * S + j) * K * hd + kh * hd + e];
+          for (std::int64_t e = 0; e < hd; ++e)
+            s += q[(b * S + i) * H * hd + h * hd + e] * k[(b * S + j) * K * hd + kh * hd + e];
           p[j] = s / std::sqrt(static_cast<double>(hd));
           m = std::max(m, p[j]);
         }
@@ -113,7 +114,8 @@ TEST_CASE("make_grouped_query_attention: shapes, biases, slices") {
 }
 
 TEST_CASE("grouped-query attention with rotary embedding matches transformers' computation in double") {
-  for (auto [B, S, D, H, K] : {std::array<int, 5>{2, 5, 16, 4, 2}, {1, 7, 12, 3, 1}, {2, 4, 16, 4, 4}, {3, 1, 8, 2, 1}}) {
+  for (auto [B, S, D, H, K] :
+       {std::array<int, 5>{2, 5, 16, 4, 2}, {1, 7, 12, 3, 1}, {2, 4, 16, 4, 4}, {3, 1, 8, 2, 1}}) {
     fixture f(D, H, K, 100.0f);  // a small theta turns even the last pairs visibly in 7 positions
     const auto x = random_tensor(shape{B, S, D}, f.rng);
     context ctx;
@@ -161,7 +163,8 @@ TEST_CASE("grouped-query attention backward matches finite differences, accumula
 }
 
 TEST_CASE("grouped-query attention: head counts that do not fit are config errors naming them") {
-  CHECK_THROWS_WITH(nn::make_grouped_query_attention(16, 4, 3, 1e4f), Catch::Contains("4 query heads do not group evenly over 3"));
+  CHECK_THROWS_WITH(nn::make_grouped_query_attention(16, 4, 3, 1e4f),
+                    Catch::Contains("4 query heads do not group evenly over 3"));
   CHECK_THROWS_WITH(nn::make_grouped_query_attention(16, 4, 2, 1e4f, 0, 4),
                     Catch::Contains("2 key/value heads do not divide over 4 tensor-parallel ranks"));
   CHECK_THROWS_WITH(nn::make_grouped_query_attention(12, 4, 2, 1e4f), Catch::Contains("heads of an even size"));
@@ -171,5 +174,6 @@ TEST_CASE("grouped-query attention: head counts that do not fit are config error
   tensor<float> y;
   const auto x = random_tensor(shape{2, 3, 12}, f.rng);
   const auto msg = message_of<strata::config_error>([&] { f.a.forward(ctx, x, y, c); });
-  CHECK_CONTAINS(msg, "grouped_query_attention self_attn.q_proj: input has shape [2, 3, 12]; expected [batch, sequence, 16]");
+  CHECK_CONTAINS(
+      msg, "grouped_query_attention self_attn.q_proj: input has shape [2, 3, 12]; expected [batch, sequence, 16]");
 }

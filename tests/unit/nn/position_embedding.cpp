@@ -53,13 +53,9 @@ TEST_CASE("position_embedding: bad shapes name the numbers") {
   context ctx;
   nn::position_embedding::cache c;
   tensor<float> y;
-  CHECK_CONTAINS(message_of<strata::config_error>([&] {
-                   pe.forward(ctx, tensor<float>(shape{2, 5, 3}), y, c);
-                 }),
+  CHECK_CONTAINS(message_of<strata::config_error>([&] { pe.forward(ctx, tensor<float>(shape{2, 5, 3}), y, c); }),
                  "with 1 <= S <= 4");
-  CHECK_CONTAINS(message_of<strata::config_error>([&] {
-                   pe.forward(ctx, tensor<float>(shape{2, 4, 2}), y, c);
-                 }),
+  CHECK_CONTAINS(message_of<strata::config_error>([&] { pe.forward(ctx, tensor<float>(shape{2, 4, 2}), y, c); }),
                  "expected [B, S, 3]");
   CHECK_CONTAINS(message_of<strata::config_error>([] { nn::make_position_embedding(0, 3); }), "sizes must be positive");
 }

@@ -2,16 +2,16 @@
 // tensors, a tiny context, a counter of heap allocations, and the gradient checks.
 // Include from exactly one .cpp per test executable (it replaces global operator new).
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <deque>
-#include <string>
 #include <limits>
 #include <new>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <strata/model/param.hpp>
@@ -35,23 +35,23 @@ inline std::atomic<long> g_heap_allocations{0};
 
 // Portable across Catch2 v2 and v3 (whose matchers and Approx differ), with the values
 // in the failure message.
-#define CHECK_CONTAINS(text, part)                 \
-  do {                                             \
-    const std::string text_ = (text);              \
-    INFO(text_);                                   \
-    CHECK(text_.find(part) != std::string::npos);  \
+#define CHECK_CONTAINS(text, part)                \
+  do {                                            \
+    const std::string text_ = (text);             \
+    INFO(text_);                                  \
+    CHECK(text_.find(part) != std::string::npos); \
   } while (0)
-#define CHECK_REL(a, b, rel)                                                        \
-  do {                                                                              \
-    const double a_ = (a), b_ = (b);                                                \
-    INFO(a_ << " vs " << b_);                                                       \
-    CHECK(std::abs(a_ - b_) <= (rel) * std::max(std::abs(a_), std::abs(b_)));       \
+#define CHECK_REL(a, b, rel)                                                  \
+  do {                                                                        \
+    const double a_ = (a), b_ = (b);                                          \
+    INFO(a_ << " vs " << b_);                                                 \
+    CHECK(std::abs(a_ - b_) <= (rel) * std::max(std::abs(a_), std::abs(b_))); \
   } while (0)
-#define CHECK_ABS(a, b, tol)                   \
-  do {                                         \
-    const double a_ = (a), b_ = (b);           \
-    INFO(a_ << " vs " << b_);                  \
-    CHECK(std::abs(a_ - b_) <= (tol));         \
+#define CHECK_ABS(a, b, tol)           \
+  do {                                 \
+    const double a_ = (a), b_ = (b);   \
+    INFO(a_ << " vs " << b_);          \
+    CHECK(std::abs(a_ - b_) <= (tol)); \
   } while (0)
 
 namespace nn_test {

@@ -59,7 +59,8 @@ TEST_CASE("adamw: 10 steps match torch.optim.AdamW within fp32 rounding") {
       const float lr = s["lr"].get<float>();
       lr_sum += lr;
       for (std::size_t i = 0; i < n; ++i) max_grad[i] = std::max(max_grad[i], std::fabs(g[i]));
-      opt.step(strata::shard_args<float, float>{p.data(), g.data(), m.data(), v.data(), nullptr, n}, lr, 1.0f, decay, t);
+      opt.step(strata::shard_args<float, float>{p.data(), g.data(), m.data(), v.data(), nullptr, n}, lr, 1.0f, decay,
+               t);
       const std::vector<float> want = floats(s["param"][group]);
       for (std::size_t i = 0; i < n; ++i) {
         const double e = excess(p[i], want[i], 1e-6, 1e-6 * lr_sum);

@@ -7,7 +7,7 @@
 
 TEST_CASE("clip coefficient") {
   CHECK(strata::clip_coefficient(10.0, 1.0f) == static_cast<float>(1.0 / (10.0 + 1e-6)));
-  CHECK(strata::clip_coefficient(0.5, 1.0f) == 1.0f);  // below the threshold: unchanged
+  CHECK(strata::clip_coefficient(0.5, 1.0f) == 1.0f);    // below the threshold: unchanged
   const float at = strata::clip_coefficient(1.0, 1.0f);  // the 1e-6 guard makes it just below 1
   CHECK((at < 1.0f && at > 0.999998f));
   CHECK(strata::clip_coefficient(0.0, 1.0f) == 1.0f);

@@ -135,9 +135,8 @@ TEST_CASE("grad_scale multiplies the gradient before anything else") {
   // SGD without momentum: one step with grads g and scale s equals one with s g.
   std::vector<float> a = p0, b = p0, buf(n), unused(n), scaled(n);
   for (std::size_t i = 0; i < n; ++i) scaled[i] = g1[i] * 0.125f;
-  strata::sgd{.weight_decay = 0.01f}.step(strata::shard_args<float, float>{a.data(), g1.data(), buf.data(), nullptr,
-                                                                           nullptr, n},
-                                          0.1f, 0.125f, true, 1);
+  strata::sgd{.weight_decay = 0.01f}.step(
+      strata::shard_args<float, float>{a.data(), g1.data(), buf.data(), nullptr, nullptr, n}, 0.1f, 0.125f, true, 1);
   step(strata::sgd{.weight_decay = 0.01f}, b, scaled, buf, unused, 0.1f, true, 1);
   CHECK(a == b);
 }
@@ -166,7 +165,7 @@ TEST_CASE("optimizers reject hyperparameters torch rejects, naming them") {
   // A 16-bit param without its output buffer is a programming error, not a config one.
   std::vector<strata::bf16> g16(n);
   CHECK_THROWS_AS(strata::adamw{}.step(strata::shard_args<strata::bf16, strata::bf16>{p.data(), g16.data(), s0.data(),
-                                                                                     s1.data(), nullptr, n},
+                                                                                      s1.data(), nullptr, n},
                                        1e-3f, 1.0f, true, 1),
                   strata::error);
 }

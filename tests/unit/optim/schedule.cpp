@@ -54,7 +54,7 @@ TEST_CASE("WarmupLR, log (DeepSpeed's default): min + (max - min) ln(k + 1) / ln
 TEST_CASE("WarmupDecayLR: warmup, then linear decay reaching 0 at total_num_steps") {
   const auto s = lr_schedule::warmup_decay(0.0, 1e-3, 10, 110, lr_schedule::warmup_curve::linear);
   CHECK(close(s.lr(5), 0.5e-3));
-  CHECK(close(s.lr(10), 1e-3));                  // (110 - 10) / (110 - 10)
+  CHECK(close(s.lr(10), 1e-3));                 // (110 - 10) / (110 - 10)
   CHECK(close(s.lr(60), 1e-3 * 50.0 / 100.0));  // halfway down
   CHECK(close(s.lr(109), 1e-3 * 1.0 / 100.0));
   CHECK(close(s.lr(110), 0.0));
@@ -80,8 +80,7 @@ TEST_CASE("schedules check their fields and name the one that is wrong") {
   CHECK(error_of([] { lr_schedule::linear_warmup(0, NAN, 10); }).find("warmup_max_lr") != std::string::npos);
   CHECK(error_of([] { lr_schedule::linear_warmup(0, 1e-3, 0); }).find("warmup_num_steps") != std::string::npos);
   CHECK(error_of([] { lr_schedule::warmup_decay(0, 1e-3, 10, 0); }).find("total_num_steps") != std::string::npos);
-  CHECK(error_of([] { lr_schedule::warmup_cosine(1e-3, 100, 10, 1.5); }).find("warmup_min_ratio") !=
-        std::string::npos);
+  CHECK(error_of([] { lr_schedule::warmup_cosine(1e-3, 100, 10, 1.5); }).find("warmup_min_ratio") != std::string::npos);
   CHECK(error_of([] { lr_schedule::warmup_cosine(1e-3, 100, 10, 0.0, -0.1); }).find("cos_min_ratio") !=
         std::string::npos);
   CHECK(error_of([] { lr_schedule::parse_warmup_type("cubic"); }).find("warmup_type") != std::string::npos);

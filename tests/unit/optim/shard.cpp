@@ -50,9 +50,9 @@ void check_runs(const O& opt) {
                       std::span<const decay_run>(runs), 1e-2f, 1.0f, step);
     // The same thing param by param.
     auto one = [&](std::size_t lo, std::size_t cnt, bool decay) {
-      opt.step(strata::shard_args<float, float>{q.data() + lo, g.data() + lo, t0.data() + lo, t1.data() + lo, nullptr,
-                                                cnt},
-               1e-2f, 1.0f, decay, step);
+      opt.step(
+          strata::shard_args<float, float>{q.data() + lo, g.data() + lo, t0.data() + lo, t1.data() + lo, nullptr, cnt},
+          1e-2f, 1.0f, decay, step);
     };
     one(0, 300, true);
     one(300, 16, false);

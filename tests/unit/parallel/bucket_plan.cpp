@@ -172,8 +172,8 @@ TEST_CASE("bucket plan: a hand-computed plan") {
   struct expected {
     std::size_t first, end, size, piece, offset, shard_offset;
   };
-  const expected want[] = {{0, 1, 96, 32, 0, 0}, {1, 3, 192, 64, 96, 32}, {3, 4, 288, 96, 288, 96},
-                           {4, 5, 96, 32, 576, 192}};
+  const expected want[] = {
+      {0, 1, 96, 32, 0, 0}, {1, 3, 192, 64, 96, 32}, {3, 4, 288, 96, 288, 96}, {4, 5, 96, 32, 576, 192}};
   REQUIRE(plan.buckets().size() == 4);
   for (std::size_t i = 0; i < 4; ++i) {
     INFO("bucket " << i);

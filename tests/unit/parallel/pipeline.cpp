@@ -134,13 +134,13 @@ TEST_CASE("stage_layer_range: given cuts are used when valid, refused otherwise"
     CHECK_THROWS_WITH(stage_layer_range(p, c, 3, 0),
                       Catch::Contains("pipeline_cuts must be 4 increasing layer indices from 0 to 5"));
   };
-  bad({0, 2, 5});           // too few
-  bad({0, 1, 2, 3, 5});     // too many
-  bad({1, 2, 3, 5});        // does not start at 0
-  bad({0, 2, 3, 4});        // does not end at the layer count
-  bad({0, 3, 2, 5});        // decreasing
-  bad({0, 2, 2, 5});        // an empty stage
-  bad({0, 2, 3, 6});        // past the last layer
+  bad({0, 2, 5});        // too few
+  bad({0, 1, 2, 3, 5});  // too many
+  bad({1, 2, 3, 5});     // does not start at 0
+  bad({0, 2, 3, 4});     // does not end at the layer count
+  bad({0, 3, 2, 5});     // decreasing
+  bad({0, 2, 2, 5});     // an empty stage
+  bad({0, 2, 3, 6});     // past the last layer
   CHECK_THROWS_AS(stage_layer_range(p, {0, 2, 2, 5}, 3, 1), strata::config_error);
   // Cuts given for a single stage are checked as well, not ignored.
   CHECK(stage_layer_range(p, {0, 5}, 1, 0) == std::pair<std::size_t, std::size_t>{0, 5});

@@ -71,17 +71,17 @@ TEST_CASE("gemm matches a triple loop in every transpose, and beta 0 never reads
 
 TEST_CASE("gemm refuses extents beyond CBLAS's int range instead of wrapping") {
   float x = 0.0f;
-  CHECK_THROWS_AS(ops::gemm(exec, transpose::no, transpose::no, std::int64_t{1} << 31, 1, 1, 1.0f, &x, 1, &x, 1,
-                            0.0f, &x, 1),
-                  strata::config_error);
+  CHECK_THROWS_AS(
+      ops::gemm(exec, transpose::no, transpose::no, std::int64_t{1} << 31, 1, 1, 1.0f, &x, 1, &x, 1, 0.0f, &x, 1),
+      strata::config_error);
 }
 
 TEST_CASE("gemm_strided_batched gives each matrix the bits of the same gemm alone") {
   const std::int64_t m = 6, n = 4, k = 5, batch = 3, sa = m * k + 3, sb = k * n + 1, sc = m * n + 2;
   const auto a = randoms(static_cast<std::size_t>(sa * batch), 4), b = randoms(static_cast<std::size_t>(sb * batch), 5);
   std::vector<float> c(static_cast<std::size_t>(sc * batch), 0.0f), single(static_cast<std::size_t>(m * n));
-  ops::gemm_strided_batched(exec, transpose::no, transpose::yes, m, n, k, 1.0f, a.data(), k, sa, b.data(), k, sb,
-                            0.0f, c.data(), n, sc, batch);
+  ops::gemm_strided_batched(exec, transpose::no, transpose::yes, m, n, k, 1.0f, a.data(), k, sa, b.data(), k, sb, 0.0f,
+                            c.data(), n, sc, batch);
   for (std::int64_t q = 0; q < batch; ++q) {
     ops::gemm(exec, transpose::no, transpose::yes, m, n, k, 1.0f, a.data() + q * sa, k, b.data() + q * sb, k, 0.0f,
               single.data(), n);
@@ -169,7 +169,8 @@ TEST_CASE("rows: each row's sum, max, passes and once; the same bits for 1 and 2
 
 TEST_CASE("add_column_sums adds each column's rows in order, in double, for any thread count") {
   const std::int64_t rows = 513, cols = 130;
-  const auto a = randoms(static_cast<std::size_t>(rows * cols), 8), b = randoms(static_cast<std::size_t>(rows * cols), 9);
+  const auto a = randoms(static_cast<std::size_t>(rows * cols), 8),
+             b = randoms(static_cast<std::size_t>(rows * cols), 9);
   const auto start = randoms(static_cast<std::size_t>(cols), 10);
   std::vector<float> ref = start;
   for (std::int64_t j = 0; j < cols; ++j) {
@@ -179,7 +180,8 @@ TEST_CASE("add_column_sums adds each column's rows in order, in double, for any 
   }
   for (const int threads : {1, 2}) {
     std::vector<float> out = start;
-    with_threads(threads, [&] { ops::add_column_sums(exec, rows, cols, product_term{a.data(), b.data(), cols}, out.data()); });
+    with_threads(threads,
+                 [&] { ops::add_column_sums(exec, rows, cols, product_term{a.data(), b.data(), cols}, out.data()); });
     CHECK(same_bits(out, ref));
   }
 }
@@ -214,7 +216,8 @@ TEST_CASE("scatter_add_rows adds in token order into the rows the table holds, f
   const std::int64_t n = 40, d = 150, lo = 3, local = 5;
   std::vector<float> ids(n);
   for (std::int64_t t = 0; t < n; ++t) ids[t] = static_cast<float>((t * 7) % 11);  // repeats, and ids outside
-  const auto src = randoms(static_cast<std::size_t>(n * d), 11), start = randoms(static_cast<std::size_t>(local * d), 12);
+  const auto src = randoms(static_cast<std::size_t>(n * d), 11),
+             start = randoms(static_cast<std::size_t>(local * d), 12);
   std::vector<float> ref = start;
   for (std::int64_t t = 0; t < n; ++t) {
     const std::int64_t r = static_cast<std::int64_t>(ids[t]) - lo;

@@ -25,15 +25,23 @@ class nccl_state final : public request_source {
 
   // Takes ownership of `comm`, made on `device`.
   nccl_state(ncclComm_t comm, int device, cudaStream_t compute, std::string name, std::chrono::duration<double> timeout)
-      : comm_(comm), device_(device), compute_(compute), name_(std::move(name)), timeout_(timeout),
-        guard_(device), stream_(), ready_(), word_(1) {
+      : comm_(comm),
+        device_(device),
+        compute_(compute),
+        name_(std::move(name)),
+        timeout_(timeout),
+        guard_(device),
+        stream_(),
+        ready_(),
+        word_(1) {
     STRATA_CHECK_NCCL(ncclCommUserRank(comm_, &rank_));
     STRATA_CHECK_NCCL(ncclCommCount(comm_, &size_));
     // A host blocked on a stream that waits for this communicator learns of its failure.
     watch_ = stream_watch::get().add([this](std::chrono::duration<double> waited) {
       if (comm_aborted_) return;
       check_async("a queued operation");
-      if (last_ != 0 && !ring_[last_ % ring].done.done() && waited > timeout_) abort_after_timeout(ring_[last_ % ring].op);
+      if (last_ != 0 && !ring_[last_ % ring].done.done() && waited > timeout_)
+        abort_after_timeout(ring_[last_ % ring].op);
     });
   }
   nccl_state(const nccl_state&) = delete;
@@ -53,8 +61,10 @@ class nccl_state final : public request_source {
     }
     if (comm_aborted_) return;
     // A communicator that failed cannot be destroyed cleanly: abort it.
-    if (failed_) (void)ncclCommAbort(comm_);
-    else (void)ncclCommDestroy(comm_);
+    if (failed_)
+      (void)ncclCommAbort(comm_);
+    else
+      (void)ncclCommDestroy(comm_);
   }
 
   ncclComm_t comm() const noexcept { return comm_; }
@@ -68,7 +78,8 @@ class nccl_state final : public request_source {
   void set_name(std::string n) { name_ = std::move(n); }
   std::chrono::duration<double> timeout() const noexcept { return timeout_; }
   void set_timeout(std::chrono::duration<double> t) {
-    expects<config_error>(t.count() > 0, [&] { return cat("communicator time-out of ", t.count(), " s: must be positive"); });
+    expects<config_error>(t.count() > 0,
+                          [&] { return cat("communicator time-out of ", t.count(), " s: must be positive"); });
     timeout_ = t;
   }
   int* barrier_word() noexcept { return word_.data(); }
@@ -118,13 +129,14 @@ class nccl_state final : public request_source {
 
   // Throws when NCCL reported an asynchronous error (a failed peer, a network error).
   void check_async(const char* op) {
-    expects<comm_error>(!comm_aborted_, [&] { return cat("nccl communicator ", name_, " was aborted after an error"); });
+    expects<comm_error>(!comm_aborted_,
+                        [&] { return cat("nccl communicator ", name_, " was aborted after an error"); });
     ncclResult_t r = ncclSuccess;
     STRATA_CHECK_NCCL(ncclCommGetAsyncError(comm_, &r));
     if (r != ncclSuccess && r != ncclInProgress) {
       failed_ = true;
-      throw comm_error(cat("nccl communicator ", name_, ", rank ", rank_, " of ", size_, ": ", op, " failed: ",
-                           nccl_error_text(r, comm_)));
+      throw comm_error(cat("nccl communicator ", name_, ", rank ", rank_, " of ", size_, ": ", op,
+                           " failed: ", nccl_error_text(r, comm_)));
     }
   }
 
@@ -133,8 +145,8 @@ class nccl_state final : public request_source {
     if (r == ncclSuccess) [[likely]]
       return;
     failed_ = true;
-    throw comm_error(cat("nccl communicator ", name_, ", rank ", rank_, " of ", size_, ": ", op, " failed: ",
-                         nccl_error_text(r, comm_)));
+    throw comm_error(cat("nccl communicator ", name_, ", rank ", rank_, " of ", size_, ": ", op,
+                         " failed: ", nccl_error_text(r, comm_)));
   }
 
  private:
@@ -142,8 +154,8 @@ class nccl_state final : public request_source {
     failed_ = true;
     (void)ncclCommAbort(comm_);
     comm_aborted_ = true;
-    throw comm_error(cat("nccl communicator ", name_, ", rank ", rank_, " of ", size_, ": ", op, " did not finish within ",
-                         timeout_.count(),
+    throw comm_error(cat("nccl communicator ", name_, ", rank ", rank_, " of ", size_, ": ", op,
+                         " did not finish within ", timeout_.count(),
                          " s; the communicator was aborted. A peer rank probably failed or never called it "
                          "(STRATA_COMM_TIMEOUT sets the time-out)"));
   }

@@ -28,14 +28,22 @@ inline void check_nccl(ncclResult_t r, const char* call, const std::source_locat
 
 template <comm_element T>
 constexpr ncclDataType_t nccl_type() {
-  if constexpr (std::is_same_v<T, float>) return ncclFloat32;
-  else if constexpr (std::is_same_v<T, double>) return ncclFloat64;
-  else if constexpr (std::is_same_v<T, bf16>) return ncclBfloat16;
-  else if constexpr (std::is_same_v<T, fp16>) return ncclFloat16;
-  else if constexpr (std::is_same_v<T, std::int32_t>) return ncclInt32;
-  else if constexpr (std::is_same_v<T, std::int64_t>) return ncclInt64;
-  else if constexpr (std::is_same_v<T, std::uint8_t>) return ncclUint8;
-  else return ncclUint64;
+  if constexpr (std::is_same_v<T, float>)
+    return ncclFloat32;
+  else if constexpr (std::is_same_v<T, double>)
+    return ncclFloat64;
+  else if constexpr (std::is_same_v<T, bf16>)
+    return ncclBfloat16;
+  else if constexpr (std::is_same_v<T, fp16>)
+    return ncclFloat16;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return ncclInt32;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return ncclInt64;
+  else if constexpr (std::is_same_v<T, std::uint8_t>)
+    return ncclUint8;
+  else
+    return ncclUint64;
 }
 
 // ncclAvg divides after the sum, truncating for integers: the MPI backend's meaning.

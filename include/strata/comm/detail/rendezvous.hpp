@@ -83,8 +83,9 @@ class rendezvous_server {
     // Prefer an IPv6 socket that also takes IPv4 clients; fall back to whatever binds.
     std::vector<addrinfo*> order;
     for (addrinfo* a = addrs.head; a; a = a->ai_next) order.push_back(a);
-    std::stable_sort(order.begin(), order.end(),
-                     [](const addrinfo* a, const addrinfo* b) { return a->ai_family == AF_INET6 && b->ai_family != AF_INET6; });
+    std::stable_sort(order.begin(), order.end(), [](const addrinfo* a, const addrinfo* b) {
+      return a->ai_family == AF_INET6 && b->ai_family != AF_INET6;
+    });
     for (addrinfo* a : order) {
       socket_fd s(::socket(a->ai_family, a->ai_socktype, a->ai_protocol));
       if (!s) {
@@ -173,8 +174,7 @@ class rendezvous_server {
     put32(out.data() + 4, static_cast<std::uint32_t>(message.size()));
     put32(out.data() + 8, static_cast<std::uint32_t>(payload.size()));
     std::copy(message.begin(), message.end(), out.begin() + 12);
-    if (!payload.empty())
-      std::memcpy(out.data() + 12 + message.size(), payload.data(), payload.size());
+    if (!payload.empty()) std::memcpy(out.data() + 12 + message.size(), payload.data(), payload.size());
     send_all(fd, out.data(), out.size(), deadline, "rendezvous: rank 0 replying");
   }
 

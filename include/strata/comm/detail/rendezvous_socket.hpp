@@ -23,7 +23,6 @@ namespace strata::detail {
 
 using rendezvous_clock = std::chrono::steady_clock;
 
-
 class socket_fd {
  public:
   socket_fd() = default;
@@ -116,8 +115,7 @@ struct addr_list {
     hints.ai_flags = passive ? AI_PASSIVE : 0;
     const std::string service = std::to_string(port);
     const int r = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &head);
-    if (r != 0)
-      throw comm_error(cat("rendezvous: cannot resolve \"", host, "\" (MASTER_ADDR): ", ::gai_strerror(r)));
+    if (r != 0) throw comm_error(cat("rendezvous: cannot resolve \"", host, "\" (MASTER_ADDR): ", ::gai_strerror(r)));
   }
   addr_list(const addr_list&) = delete;
   addr_list& operator=(const addr_list&) = delete;

@@ -20,7 +20,6 @@
 
 namespace strata::detail {
 
-
 // A file opened for reading; every read is positional and exact, so a file that shrinks
 // while it is open is reported instead of yielding short data.
 class read_file {
@@ -42,8 +41,7 @@ class read_file {
     }
     size_ = static_cast<std::uint64_t>(st.st_size);
   }
-  read_file(read_file&& o) noexcept
-      : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)), size_(o.size_) {}
+  read_file(read_file&& o) noexcept : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)), size_(o.size_) {}
   read_file& operator=(read_file&& o) noexcept {
     if (this != &o) {
       close();

@@ -19,7 +19,8 @@ namespace strata::detail {
 inline std::vector<std::int64_t> dims_of(const shape& s) { return {s.dims.begin(), s.dims.begin() + s.rank}; }
 
 inline shape shape_of(const std::vector<std::int64_t>& d) {
-  expects<checkpoint_error>(d.size() <= shape::max_rank, [&] { return cat("a shape of rank ", d.size(), " (at most 4)"); });
+  expects<checkpoint_error>(d.size() <= shape::max_rank,
+                            [&] { return cat("a shape of rank ", d.size(), " (at most 4)"); });
   shape s;
   for (auto v : d) s.dims[s.rank++] = v;
   return s;
@@ -36,7 +37,7 @@ struct saved_param {
 };
 
 inline nlohmann::json to_json(const saved_param& p) {
-  return {{"name", p.name},           {"shape", dims_of(p.local)},         {"full_shape", dims_of(p.full)},
+  return {{"name", p.name},           {"shape", dims_of(p.local)},      {"full_shape", dims_of(p.full)},
           {"shard_dim", p.shard_dim}, {"shard_offset", p.shard_offset}, {"dtype", "F32"},
           {"offset", p.offset}};
 }
@@ -80,7 +81,8 @@ inline std::size_t full_to_local(const saved_param& p, std::size_t g) {
 // elements from a position on map to consecutive positions, so load reads runs.
 inline std::size_t inner_size(const saved_param& p) {
   std::size_t b = 1;
-  for (std::size_t d = static_cast<std::size_t>(p.shard_dim) + 1; d < p.local.rank; ++d) b *= static_cast<std::size_t>(p.local[d]);
+  for (std::size_t d = static_cast<std::size_t>(p.shard_dim) + 1; d < p.local.rank; ++d)
+    b *= static_cast<std::size_t>(p.local[d]);
   return b;
 }
 // From local element j of p: elements consecutive in the full tensor.
@@ -144,7 +146,8 @@ struct saved_group {
   };
   place locate(std::size_t at, const std::string& where) const {
     if (replicated) {
-      if (files.empty() || at >= per_file) throw checkpoint_error(cat(where, ": a param range lies outside the saved shards"));
+      if (files.empty() || at >= per_file)
+        throw checkpoint_error(cat(where, ": a param range lies outside the saved shards"));
       return {0, at, per_file - at};
     }
     auto it = std::upper_bound(buckets.begin(), buckets.end(), at,

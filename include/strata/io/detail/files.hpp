@@ -83,7 +83,8 @@ class posix_file {
     while (n > 0) {
       const ssize_t r = ::pread(fd_, p, n, static_cast<off_t>(offset));
       if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) throw checkpoint_error(cat(path_, ": read of ", n, " bytes at offset ", offset, " failed (truncated file?)"));
+      if (r <= 0)
+        throw checkpoint_error(cat(path_, ": read of ", n, " bytes at offset ", offset, " failed (truncated file?)"));
       p += r;
       n -= static_cast<std::size_t>(r);
       offset += static_cast<std::size_t>(r);

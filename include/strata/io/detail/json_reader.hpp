@@ -25,7 +25,10 @@ class json_reader {
  public:
   // `prefix` starts each message ("config"); `path` is this object's key path ("" = root).
   json_reader(const nlohmann::json& obj, std::string prefix, std::string path, std::vector<std::string>* unknown)
-      : obj_(obj), prefix_(std::move(prefix)), path_(std::move(path)), unknown_(unknown),
+      : obj_(obj),
+        prefix_(std::move(prefix)),
+        path_(std::move(path)),
+        unknown_(unknown),
         exceptions_(std::uncaught_exceptions()) {}
   json_reader(const json_reader&) = delete;
   json_reader& operator=(const json_reader&) = delete;
@@ -62,8 +65,9 @@ class json_reader {
     if (it == obj_.end() || it->is_null()) return nullptr;
     if (it->is_string() && it->get_ref<const std::string&>() == "auto") {
       if (a == auto_value::absent) return nullptr;
-      fail(k, "is \"auto\", which the Hugging Face Trainer replaces before DeepSpeed sees it; strata needs a value "
-              "here");
+      fail(k,
+           "is \"auto\", which the Hugging Face Trainer replaces before DeepSpeed sees it; strata needs a value "
+           "here");
     }
     return &*it;
   }
@@ -79,8 +83,7 @@ class json_reader {
 
   // An integer in [lo, hi]; an integral float (5e8, as DeepSpeed configs often write
   // sizes) is accepted.
-  std::optional<long long> integer(std::string_view k, long long lo, long long hi,
-                                   auto_value a = auto_value::error) {
+  std::optional<long long> integer(std::string_view k, long long lo, long long hi, auto_value a = auto_value::error) {
     const auto* j = find(k, a);
     if (!j) return std::nullopt;
     // Upper bounds of INT_MAX and above only guard the cast: named when exceeded.

@@ -71,7 +71,8 @@ inline std::uint64_t parse_safetensors_prefix(std::span<const std::byte> first8,
   std::uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | std::to_integer<std::uint64_t>(first8[static_cast<std::size_t>(i)]);
   if (n > safetensors_max_header)
-    st_fail(file, cat("header length ", n, " is above the 100 MB limit of the format (file corrupt or not safetensors)"));
+    st_fail(file,
+            cat("header length ", n, " is above the 100 MB limit of the format (file corrupt or not safetensors)"));
   if (n > file_size - 8)
     st_fail(file, cat("header length ", n, " is beyond the end of the file (", file_size, " bytes; truncated?)"));
   if (n < 2) st_fail(file, cat("header length ", n, " is too short for a JSON object"));
@@ -94,17 +95,16 @@ inline safetensors_header parse_safetensors_header(std::string_view text, std::u
   std::set<std::string, std::less<>> seen;
   nlohmann::json root;
   try {
-    root = nlohmann::json::parse(
-        text.begin(), text.end(),
-        [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& value) {
-          if (depth > safetensors_max_depth)
-            st_fail(file, cat("header nests deeper than ", safetensors_max_depth, " levels"));
-          if (ev == nlohmann::json::parse_event_t::key && depth == 1) {
-            const auto& k = value.get_ref<const std::string&>();
-            if (!seen.insert(k).second) st_fail(file, cat("header names \"", k, "\" twice"));
-          }
-          return true;
-        });
+    root = nlohmann::json::parse(text.begin(), text.end(),
+                                 [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& value) {
+                                   if (depth > safetensors_max_depth)
+                                     st_fail(file, cat("header nests deeper than ", safetensors_max_depth, " levels"));
+                                   if (ev == nlohmann::json::parse_event_t::key && depth == 1) {
+                                     const auto& k = value.get_ref<const std::string&>();
+                                     if (!seen.insert(k).second) st_fail(file, cat("header names \"", k, "\" twice"));
+                                   }
+                                   return true;
+                                 });
   } catch (const nlohmann::json::exception& e) {
     std::string what = e.what();
     if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
@@ -151,8 +151,7 @@ inline safetensors_header parse_safetensors_header(std::string_view text, std::u
     if (off == entry.end()) st_fail(file, cat(where, "data_offsets is missing"));
     if (!off->is_array() || off->size() != 2 || !st_unsigned((*off)[0], t.begin) || !st_unsigned((*off)[1], t.end))
       st_fail(file, cat(where, "data_offsets must be [begin, end] with integers >= 0, got ", st_show(*off)));
-    if (t.end < t.begin)
-      st_fail(file, cat(where, "data_offsets [", t.begin, ", ", t.end, "] end before they begin"));
+    if (t.end < t.begin) st_fail(file, cat(where, "data_offsets [", t.begin, ", ", t.end, "] end before they begin"));
     if (t.end > data_bytes)
       st_fail(file, cat(where, "data_offsets [", t.begin, ", ", t.end, "] are beyond the data area (", data_bytes,
                         " bytes)"));
@@ -167,8 +166,9 @@ inline safetensors_header parse_safetensors_header(std::string_view text, std::u
   }
 
   // The data area is tiled in offset order: each tensor starts where the previous ended.
-  std::sort(h.tensors.begin(), h.tensors.end(),
-            [](const tensor_info& a, const tensor_info& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
+  std::sort(h.tensors.begin(), h.tensors.end(), [](const tensor_info& a, const tensor_info& b) {
+    return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
+  });
   std::uint64_t at = 0;
   const tensor_info* prev = nullptr;
   for (const auto& t : h.tensors) {
@@ -189,8 +189,8 @@ inline safetensors_header parse_safetensors_header(std::string_view text, std::u
 
 // Parses a whole file held in memory (the fuzz target and from_bytes use this).
 inline safetensors_header parse_safetensors_bytes(std::span<const std::byte> file_bytes, std::string_view file) {
-  const std::uint64_t n = parse_safetensors_prefix(file_bytes.first(std::min<std::size_t>(8, file_bytes.size())),
-                                                   file_bytes.size(), file);
+  const std::uint64_t n =
+      parse_safetensors_prefix(file_bytes.first(std::min<std::size_t>(8, file_bytes.size())), file_bytes.size(), file);
   const auto* p = reinterpret_cast<const char*>(file_bytes.data() + 8);
   return parse_safetensors_header(std::string_view(p, n), file_bytes.size() - 8 - n, file);
 }

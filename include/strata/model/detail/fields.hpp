@@ -19,13 +19,13 @@ namespace strata::detail {
 template <class T>
 struct any_field {
   template <class U>
-    requires(!std::is_base_of_v<std::remove_cv_t<U>, T>)
+  requires(!std::is_base_of_v<std::remove_cv_t<U>, T>)
   operator U&() const noexcept;
 };
 
 template <class T>
-concept single_field_aggregate = std::is_aggregate_v<T> && requires { T{any_field<T>{}}; } &&
-                                 !requires { T{any_field<T>{}, any_field<T>{}}; };
+concept single_field_aggregate =
+    std::is_aggregate_v<T> && requires { T{any_field<T>{}}; } && !requires { T{any_field<T>{}, any_field<T>{}}; };
 
 template <class T>
 struct field_count : std::integral_constant<std::size_t, boost::pfr::tuple_size_v<T>> {};

@@ -44,55 +44,67 @@ inline std::int64_t rows_of(const strata::shape& s) {
 template <class P>
 void require_bound(const P& p, std::string_view kind, const std::string& owner, std::string_view what,
                    const std::source_location loc = std::source_location::current()) {
-  expects<config_error>(p.numel() == 0 || p.bound(), [&] {
-    return strata::cat(label(kind, owner), ": ", what,
-                               " is not bound to storage (bind params through the model layout first)");
-  }, loc);
+  expects<config_error>(
+      p.numel() == 0 || p.bound(),
+      [&] {
+        return strata::cat(label(kind, owner), ": ", what,
+                           " is not bound to storage (bind params through the model layout first)");
+      },
+      loc);
 }
 template <class P>
 void require_grad(const P& p, std::string_view kind, const std::string& owner, std::string_view what,
                   const std::source_location loc = std::source_location::current()) {
-  expects<config_error>(p.numel() == 0 || p.grad_ptr != nullptr, [&] {
-    return strata::cat(label(kind, owner), ": ", what, " has no gradient storage bound");
-  }, loc);
+  expects<config_error>(
+      p.numel() == 0 || p.grad_ptr != nullptr,
+      [&] { return strata::cat(label(kind, owner), ": ", what, " has no gradient storage bound"); }, loc);
 }
 
 template <class Space>
 void require_features(const tensor<float, Space>& x, std::int64_t features, std::string_view kind,
                       const std::string& owner, std::string_view param_kind,
                       const std::source_location loc = std::source_location::current()) {
-  expects<config_error>(x.shape().rank != 0, [&] {
-    return strata::cat(label(kind, owner), ": input is a scalar (rank 0), expected [..., ", features, "]");
-  }, loc);
+  expects<config_error>(
+      x.shape().rank != 0,
+      [&] { return strata::cat(label(kind, owner), ": input is a scalar (rank 0), expected [..., ", features, "]"); },
+      loc);
   const auto got = x.shape()[x.shape().rank - 1];
-  expects<config_error>(got == features, [&] {
-    return strata::cat(label(kind, owner), ": input has ", got, " features, ", param_kind, " expects ",
-                               features, " (input shape ", x.shape(), ")");
-  }, loc);
+  expects<config_error>(
+      got == features,
+      [&] {
+        return strata::cat(label(kind, owner), ": input has ", got, " features, ", param_kind, " expects ", features,
+                           " (input shape ", x.shape(), ")");
+      },
+      loc);
 }
 
 inline void require_distinct(const void* in, const void* out, std::string_view kind, const std::string& owner,
                              const std::source_location loc = std::source_location::current()) {
-  expects<config_error>(in != out, [&] {
-    return strata::cat(label(kind, owner),
-                               ": input and output are the same tensor (in-place is not supported)");
-  }, loc);
+  expects<config_error>(
+      in != out,
+      [&] {
+        return strata::cat(label(kind, owner), ": input and output are the same tensor (in-place is not supported)");
+      },
+      loc);
 }
 
 template <class Space>
 void require_dy(const tensor<float, Space>& dy, const strata::shape& expected, std::string_view kind,
                 const std::string& owner, const std::source_location loc = std::source_location::current()) {
-  expects<config_error>(dy.shape() == expected, [&] {
-    return strata::cat(label(kind, owner), " backward: dy has shape ", dy.shape(),
-                               ", the forward output had ", expected);
-  }, loc);
+  expects<config_error>(
+      dy.shape() == expected,
+      [&] {
+        return strata::cat(label(kind, owner), " backward: dy has shape ", dy.shape(), ", the forward output had ",
+                           expected);
+      },
+      loc);
 }
 
 inline void require_forward_ran(const void* input, std::string_view kind, const std::string& owner,
                                 const std::source_location loc = std::source_location::current()) {
-  expects<config_error>(input != nullptr, [&] {
-    return strata::cat(label(kind, owner), ": backward called with a cache that no forward filled");
-  }, loc);
+  expects<config_error>(
+      input != nullptr,
+      [&] { return strata::cat(label(kind, owner), ": backward called with a cache that no forward filled"); }, loc);
 }
 
 // An id check's result as the layer's error (a strata::error: bad data, not a bad

@@ -46,14 +46,12 @@ void lookup(Ctx& ctx, std::string_view kind, const param<float>& weight, table_r
   require_distinct(&ids, &y, kind, weight.name);
   const auto& s = ids.shape();
   expects<config_error>(s.rank != 0 && s.rank < shape::max_rank, [&] {
-    return strata::cat(label(kind, weight.name), ": ids have shape ", s,
-                               "; expected rank 1 to 3 ([B] or [B, S])");
+    return strata::cat(label(kind, weight.name), ": ids have shape ", s, "; expected rank 1 to 3 ([B] or [B, S])");
   });
   const std::int64_t n = static_cast<std::int64_t>(ids.numel()), d = weight.shape[1];
   require_ids(ops_of<Ctx>::check_ids(exec_of(ctx), n, rows.vocab, ids.data(), scratch), [&](float id, std::int64_t t) {
-    return strata::cat(label(kind, weight.name), ": token id ", id, " at position ", t,
-                               " is out of range for vocab ", rows.vocab, " (ids must be whole numbers in [0, ",
-                               rows.vocab, "))");
+    return strata::cat(label(kind, weight.name), ": token id ", id, " at position ", t, " is out of range for vocab ",
+                       rows.vocab, " (ids must be whole numbers in [0, ", rows.vocab, "))");
   });
   shape out = s;
   out[out.rank++] = d;

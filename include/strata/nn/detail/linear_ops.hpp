@@ -23,7 +23,7 @@ struct add_row_fn {
   std::int64_t cols;
   template <class Row>
   STRATA_HOST_DEVICE void operator()(const Row& r, std::int64_t i) const {
-    const float *xi = x + i * cols;
+    const float* xi = x + i * cols;
     float* yi = y + i * cols;
     r.for_each(cols, [&](std::int64_t j) { yi[j] = xi[j] + row[j]; });
   }
@@ -42,15 +42,15 @@ void linear_forward(Ctx& ctx, const float* x, std::int64_t rows, std::int64_t in
 
 // dx[rows, in] = dy[rows, out] W[out, in].
 template <class Ctx>
-void linear_input_grad(Ctx& ctx, const float* dy, std::int64_t rows, std::int64_t out, const float* w,
-                       std::int64_t in, float* dx) {
+void linear_input_grad(Ctx& ctx, const float* dy, std::int64_t rows, std::int64_t out, const float* w, std::int64_t in,
+                       float* dx) {
   ops_of<Ctx>::gemm(exec_of(ctx), transpose::no, transpose::no, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
 }
 
 // gw[out, in] += dy^T x; gb[out] += column sums of dy (when gb is not null).
 template <class Ctx>
-void linear_param_grads(Ctx& ctx, const float* dy, const float* x, std::int64_t rows, std::int64_t out,
-                        std::int64_t in, float* gw, float* gb) {
+void linear_param_grads(Ctx& ctx, const float* dy, const float* x, std::int64_t rows, std::int64_t out, std::int64_t in,
+                        float* gw, float* gb) {
   using ops = ops_of<Ctx>;
   const auto exec = exec_of(ctx);
   ops::gemm(exec, transpose::yes, transpose::no, out, in, rows, 1.0f, dy, out, x, in, 1.0f, gw, in);

@@ -125,9 +125,8 @@ struct column_parallel_linear {
   void check_params() const {
     expects<config_error>(
         weight.shape.rank == 2 && (!has_bias() || bias.numel() == static_cast<std::size_t>(weight.shape[0])), [&] {
-          return strata::cat(detail::label(kind, weight.name), ": weight has shape ", weight.shape,
-                                     " and bias ", bias.shape,
-                                     "; expected [out/T, in] and [out/T] (or [0] without bias)");
+          return strata::cat(detail::label(kind, weight.name), ": weight has shape ", weight.shape, " and bias ",
+                             bias.shape, "; expected [out/T, in] and [out/T] (or [0] without bias)");
         });
     detail::require_bound(weight, kind, weight.name, "weight");
     detail::require_bound(bias, kind, weight.name, "bias");

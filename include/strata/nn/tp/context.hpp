@@ -59,16 +59,22 @@ bool tp_active(Ctx& ctx, int tp_size, std::string_view kind, const std::string& 
   if (tp_size == 1) return false;
   if constexpr (tp_context<Ctx>) {
     const int have = ctx.tp().size();
-    expects<config_error>(have == tp_size, [&] {
-      return strata::cat(label(kind, owner), ": built for ", tp_size,
-                                 " tensor-parallel ranks, but the context's tensor communicator has ", have);
-    }, loc);
+    expects<config_error>(
+        have == tp_size,
+        [&] {
+          return strata::cat(label(kind, owner), ": built for ", tp_size,
+                             " tensor-parallel ranks, but the context's tensor communicator has ", have);
+        },
+        loc);
   } else {
     (void)ctx;
-    expects<config_error>(false, [&] {
-      return strata::cat(label(kind, owner), ": built for ", tp_size,
-                                 " tensor-parallel ranks, but the context has no tensor communicator (ctx.tp())");
-    }, loc);
+    expects<config_error>(
+        false,
+        [&] {
+          return strata::cat(label(kind, owner), ": built for ", tp_size,
+                             " tensor-parallel ranks, but the context has no tensor communicator (ctx.tp())");
+        },
+        loc);
   }
   return true;
 }

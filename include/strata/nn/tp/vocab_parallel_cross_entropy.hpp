@@ -43,8 +43,8 @@ struct vocab_parallel_cross_entropy {
     const std::int64_t rows = detail::rows_of(s);
     expects<config_error>(static_cast<std::int64_t>(targets.numel()) == rows && targets.shape().rank + 1 == s.rank,
                           [&] {
-                            return strata::cat(kind, ": targets have shape ", targets.shape(), " for logits ",
-                                                       s, "; expected one class id per row of the leading shape");
+                            return strata::cat(kind, ": targets have shape ", targets.shape(), " for logits ", s,
+                                               "; expected one class id per row of the leading shape");
                           });
     using ops = ops_of<Ctx>;
     const auto exec = exec_of(ctx);
@@ -63,9 +63,9 @@ struct vocab_parallel_cross_entropy {
               detail::vocab_max_rows_fn{logits.data(), targets.data(), c.row_max.data(), c.target.data(), classes});
     // Subtracting the global row max keeps every exp in (0, 1] on every rank.
     if (dist) detail::tp_all_reduce(ctx, c.row_max.span(), reduce_op::max);
-    ops::rows(exec, rows, classes,
-              detail::vocab_sum_rows_fn{logits.data(), c.row_max.data(), c.target.data(), c.sums.data(), rows,
-                                        classes, lo});
+    ops::rows(
+        exec, rows, classes,
+        detail::vocab_sum_rows_fn{logits.data(), c.row_max.data(), c.target.data(), c.sums.data(), rows, classes, lo});
     if (dist) detail::tp_all_reduce(ctx, c.sums.span());
     ops::map(exec, rows,
              detail::vocab_finish_fn{c.row_max.data(), c.sums.data(), c.log_sum.data(), c.row_loss.data(), rows});
@@ -94,7 +94,7 @@ struct vocab_parallel_cross_entropy {
 inline vocab_parallel_cross_entropy make_vocab_parallel_cross_entropy(int vocab, int tp_rank, int tp_size) {
   expects<config_error>(vocab <= (1 << 24), [&] {
     return strata::cat("vocab_parallel_cross_entropy: vocab ", vocab,
-                               " exceeds 2^24, above which float ids are not exact");
+                       " exceeds 2^24, above which float ids are not exact");
   });
   const auto s = make_tp_slice("vocab_parallel_cross_entropy", vocab, "vocabulary entries", tp_rank, tp_size);
   return vocab_parallel_cross_entropy{vocab, s.rank, s.size};

@@ -58,7 +58,7 @@ struct vocab_parallel_embedding {
   void check_params() const {
     expects<config_error>(weight.shape.rank == 2, [&] {
       return strata::cat(detail::label(kind, weight.name), ": weight has shape ", weight.shape,
-                                 "; expected [vocab/T, dim]");
+                         "; expected [vocab/T, dim]");
     });
     detail::require_bound(weight, kind, weight.name, "weight");
   }
@@ -67,12 +67,10 @@ struct vocab_parallel_embedding {
 // torch.nn.Embedding initialises with N(0, 1); GPT-style models usually pass 0.02.
 inline vocab_parallel_embedding make_vocab_parallel_embedding(int vocab, int dim, int tp_rank, int tp_size,
                                                               float init_stddev = 1.0f) {
-  expects<config_error>(dim > 0, [&] {
-    return strata::cat("vocab_parallel_embedding: dim ", dim, " must be positive");
-  });
+  expects<config_error>(dim > 0,
+                        [&] { return strata::cat("vocab_parallel_embedding: dim ", dim, " must be positive"); });
   expects<config_error>(vocab <= (1 << 24), [&] {
-    return strata::cat("vocab_parallel_embedding: vocab ", vocab,
-                               " exceeds 2^24, above which float ids are not exact");
+    return strata::cat("vocab_parallel_embedding: vocab ", vocab, " exceeds 2^24, above which float ids are not exact");
   });
   const auto s = make_tp_slice("vocab_parallel_embedding", vocab, "vocabulary entries", tp_rank, tp_size);
   vocab_parallel_embedding e;

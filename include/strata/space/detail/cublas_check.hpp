@@ -11,8 +11,8 @@ namespace strata::detail {
 
 inline void check_cublas(cublasStatus_t code, const char* call, const std::source_location& loc) {
   if (code != CUBLAS_STATUS_SUCCESS) [[unlikely]]
-    throw cuda_error(cat(call, " failed: ", cublasGetStatusName(code), " (", cublasGetStatusString(code), ") [",
-                         where(loc), "]"));
+    throw cuda_error(
+        cat(call, " failed: ", cublasGetStatusName(code), " (", cublasGetStatusString(code), ") [", where(loc), "]"));
 }
 
 }  // namespace strata::detail

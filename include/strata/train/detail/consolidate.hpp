@@ -55,7 +55,8 @@ std::vector<float> concat_stages(Comm& pp, const std::vector<float>& mine) {
   std::copy(mine.begin(), mine.end(), padded.begin());
   pp.all_gather(std::span<const float>(padded), std::span<float>(all));
   std::vector<float> out;
-  for (std::size_t s = 0; s < counts.size(); ++s) out.insert(out.end(), all.begin() + s * most, all.begin() + s * most + counts[s]);
+  for (std::size_t s = 0; s < counts.size(); ++s)
+    out.insert(out.end(), all.begin() + s * most, all.begin() + s * most + counts[s]);
   return out;
 }
 

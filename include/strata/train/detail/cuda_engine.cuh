@@ -13,8 +13,8 @@
 
 #include "../../comm/nccl.hpp"
 #include "../../kernels/cuda_driver.cuh"
-#include "../../optim/cuda_optim.cuh"
 #include "../../kernels/cuda_reduce.cuh"
+#include "../../optim/cuda_optim.cuh"
 #include "../../space/cuda.hpp"
 #include "../../space/cuda_stream.hpp"
 #include "../../space/detail/cublas_check.hpp"
@@ -94,8 +94,10 @@ class engine<cuda> {
     if (n) STRATA_CHECK_CUDA(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream()));
   }
   void accumulate(float* acc, const float* in, std::size_t n, bool first) {
-    if (first) copy(acc, in, n);
-    else kernels::run_cuda(n, engine_ops::add{acc, in}, stream());
+    if (first)
+      copy(acc, in, n);
+    else
+      kernels::run_cuda(n, engine_ops::add{acc, in}, stream());
   }
   template <class P>
   void narrow(const float* in, P* out, std::size_t n) {
@@ -107,8 +109,10 @@ class engine<cuda> {
   }
   template <class P>
   void round_into(const float* master, float* out, std::size_t n) {
-    if constexpr (std::is_same_v<P, float>) copy(out, master, n);
-    else kernels::run_cuda(n, engine_ops::round_through<P>{master, out}, stream());
+    if constexpr (std::is_same_v<P, float>)
+      copy(out, master, n);
+    else
+      kernels::run_cuda(n, engine_ops::round_through<P>{master, out}, stream());
   }
   // One CUB reduction per run into its own slot, summed on the host in run order: the
   // same value every run (CUB's partial-sum layout is fixed) at one synchronization.

@@ -40,7 +40,8 @@ class engine<host> {
   void copy(float* dst, const float* src, std::size_t n) { std::copy_n(src, n, dst); }
   // acc = in (first) or acc += in.
   void accumulate(float* acc, const float* in, std::size_t n, bool first) {
-    if (first) std::copy_n(in, n, acc);
+    if (first)
+      std::copy_n(in, n, acc);
     else
       for (std::size_t i = 0; i < n; ++i) acc[i] += in[i];
   }
@@ -58,7 +59,8 @@ class engine<host> {
   // out = master rounded to the compute precision P (a copy in fp32).
   template <class P>
   void round_into(const float* master, float* out, std::size_t n) {
-    if constexpr (std::is_same_v<P, float>) std::copy_n(master, n, out);
+    if constexpr (std::is_same_v<P, float>)
+      std::copy_n(master, n, out);
     else
       for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(P(master[i]));
   }

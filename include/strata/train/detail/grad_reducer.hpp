@@ -27,9 +27,7 @@ class grad_reducer {
   void bind_static() {
     if constexpr (stage < 2)
       for (std::size_t l = params_.first_layer; l < params_.end_layer; ++l)
-        params_.for_each_in_layer(l, [&](param<float>& p, std::size_t off) {
-          p.grad_ptr = state_.grads.data() + off;
-        });
+        params_.for_each_in_layer(l, [&](param<float>& p, std::size_t off) { p.grad_ptr = state_.grads.data() + off; });
   }
 
   // Before bucket b's layers run backward: zeroes its gradient slot (stages 2-3 also bind
@@ -42,9 +40,8 @@ class grad_reducer {
     dev_.eng->fill(region, bk.size, 0.0f);
     if constexpr (stage >= 2) {
       for (std::size_t l = bk.first_layer; l < bk.end_layer; ++l)
-        params_.for_each_in_layer(l, [&](param<float>& p, std::size_t off) {
-          p.grad_ptr = region + (off - bk.offset);
-        });
+        params_.for_each_in_layer(l,
+                                  [&](param<float>& p, std::size_t off) { p.grad_ptr = region + (off - bk.offset); });
     }
     pending_[slot].bucket = b;
     pending_[slot].first = first_backward;
@@ -64,9 +61,9 @@ class grad_reducer {
           std::span<const compute_t>(wire, bk.size),
           std::span<compute_t>(state_.wire_out.data() + slot * plan_.max_piece(), bk.piece));
     } else {
-      pending_[slot].req = dev_.dp->reduce_scatter_async(
-          std::span<const float>(region, bk.size),
-          std::span<float>(state_.reduced.data() + slot * plan_.max_piece(), bk.piece));
+      pending_[slot].req =
+          dev_.dp->reduce_scatter_async(std::span<const float>(region, bk.size),
+                                        std::span<float>(state_.reduced.data() + slot * plan_.max_piece(), bk.piece));
     }
   }
 
@@ -87,8 +84,10 @@ class grad_reducer {
   // Gradient slot of bucket b: a region of the full grad buffer (stages 0-1) or one of
   // two rotating bucket buffers (stages 2-3).
   float* grad_region(std::size_t b) {
-    if constexpr (stage < 2) return state_.grads.data() + plan_.buckets()[b].offset;
-    else return state_.grads.data() + (b % 2) * plan_.max_bucket();
+    if constexpr (stage < 2)
+      return state_.grads.data() + plan_.buckets()[b].offset;
+    else
+      return state_.grads.data() + (b % 2) * plan_.max_bucket();
   }
 
   struct pending_reduce {

@@ -26,9 +26,8 @@ class param_gathers {
   void bind_static() {
     if constexpr (stage < 3)
       for (std::size_t l = params_.first_layer; l < params_.end_layer; ++l)
-        params_.for_each_in_layer(l, [&](param<float>& p, std::size_t off) {
-          p.data_ptr = state_.params.data() + off;
-        });
+        params_.for_each_in_layer(l,
+                                  [&](param<float>& p, std::size_t off) { p.data_ptr = state_.params.data() + off; });
   }
   void reserve() { gather_reqs_.reserve(plan_.buckets().size()); }
 

@@ -35,7 +35,13 @@ class schedule_driver {
   schedule_driver(typename Types::grid_t& grid, const trainer_options& opts, std::vector<layer_entry<ctx_t>>& table,
                   const stage_params& params, const bucket_plan& plan, typename Types::dev_t& dev,
                   grad_reducer<Types>& reduce, param_gathers<Types>& gathers)
-      : grid_(grid), opts_(opts), table_(table), params_(params), plan_(plan), dev_(dev), reduce_(reduce),
+      : grid_(grid),
+        opts_(opts),
+        table_(table),
+        params_(params),
+        plan_(plan),
+        dev_(dev),
+        reduce_(reduce),
         gathers_(gathers) {}
 
   // The context every layer runs with (its executor and tensor-parallel group are set
@@ -147,8 +153,10 @@ class schedule_driver {
     const std::size_t first = params_.first_layer, end = params_.end_layer;
     auto& acts = acts_[static_cast<std::size_t>(slot)];
     sends_[static_cast<std::size_t>(slot)].wait();  // the slot's output may still be on its way
-    if (is_first_stage()) slice_rows(b.inputs, m, opts_.micro_batches, acts[0]);
-    else idle_ += recv_tensor(*pp_fwd_, acts[0], pp_rank() - 1);
+    if (is_first_stage())
+      slice_rows(b.inputs, m, opts_.micro_batches, acts[0]);
+    else
+      idle_ += recv_tensor(*pp_fwd_, acts[0], pp_rank() - 1);
     if (is_last_stage()) {
       slice_rows(b.targets, m, opts_.micro_batches, mb_targets_);
       ctx_.set_targets(&mb_targets_);
@@ -203,8 +211,8 @@ class schedule_driver {
   grad_reducer<Types>& reduce_;
   param_gathers<Types>& gathers_;
   ctx_t ctx_;
-  buffer<float, Space> loss_slots_;  // the last stage's loss per micro-batch
-  std::vector<float> loss_host_;     // and its copy on the host
+  buffer<float, Space> loss_slots_;          // the last stage's loss per micro-batch
+  std::vector<float> loss_host_;             // and its copy on the host
   std::vector<std::vector<tensor_t>> acts_;  // [slot][layer boundary]
   std::vector<tensor_t> dacts_;
   std::vector<pending_send> sends_;  // per slot: its output on the way forward

@@ -137,7 +137,8 @@ struct sharded_state {
     r.bytes["comm_buffers"] = reduced.bytes() + wire.bytes() + wire_out.bytes();
     if constexpr (split) r.bytes["offload_staging"] = host_grads.bytes() + host_params.bytes();
     r.bytes["activations"] = activation_bytes;
-    for (auto& [k, v] : r.bytes) r.offloaded[k] = offload && (k == "master" || k == "optimizer_states" || k == "offload_staging");
+    for (auto& [k, v] : r.bytes)
+      r.offloaded[k] = offload && (k == "master" || k == "optimizer_states" || k == "offload_staging");
     (void)stage;
     return r;
   }

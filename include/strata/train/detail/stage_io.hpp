@@ -41,8 +41,9 @@ double recv_tensor(Comm& c, tensor<float, Space>& t, int peer) {
   const auto t0 = std::chrono::steady_clock::now();
   shape_header h{};
   c.recv(std::span<std::int64_t>(h), peer, 0);
-  expects<comm_error>(h[0] >= 1 && h[0] <= static_cast<std::int64_t>(shape::max_rank),
-                      [&] { return cat("pipeline: received a tensor header of rank ", h[0], " from stage rank ", peer); });
+  expects<comm_error>(h[0] >= 1 && h[0] <= static_cast<std::int64_t>(shape::max_rank), [&] {
+    return cat("pipeline: received a tensor header of rank ", h[0], " from stage rank ", peer);
+  });
   shape s;
   s.rank = static_cast<std::size_t>(h[0]);
   for (std::size_t d = 0; d < s.rank; ++d) s.dims[d] = h[1 + d];

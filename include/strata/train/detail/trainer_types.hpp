@@ -38,8 +38,8 @@ struct trainer_types {
 
 // Where the sequence of steps stands: what a checkpoint keeps besides the arrays.
 struct step_counters {
-  long step = 0;               // optimizer steps taken, skipped ones included
-  std::vector<long> skipped;   // the steps skipped for non-finite gradients
+  long step = 0;              // optimizer steps taken, skipped ones included
+  std::vector<long> skipped;  // the steps skipped for non-finite gradients
   loss_scaler scaler;
 };
 

@@ -28,7 +28,13 @@ class trainer_weights {
   trainer_weights(typename Types::grid_t& grid, const flat_layout& layout, const stage_params& params,
                   const bucket_plan& plan, typename Types::state_t& state, typename Types::dev_t& dev,
                   shard_update<Types, Optimizer>& update, param_gathers<Types>& gathers)
-      : grid_(grid), layout_(layout), params_(params), plan_(plan), state_(state), dev_(dev), update_(update),
+      : grid_(grid),
+        layout_(layout),
+        params_(params),
+        plan_(plan),
+        state_(state),
+        dev_(dev),
+        update_(update),
         gathers_(gathers) {}
 
   // Each element from (seed, param name, index in the full tensor): every layout starts
@@ -36,9 +42,8 @@ class trainer_weights {
   void initialise(std::uint64_t seed) {
     std::vector<std::uint64_t> keys(layout_.params().size());
     for (std::size_t i : params_.mine) keys[i] = init_key(seed, layout_.params()[i].name);
-    fill_master([&](std::size_t i, std::size_t global) {
-      return init_value(layout_.params()[i].init, keys[i], global);
-    });
+    fill_master(
+        [&](std::size_t i, std::size_t global) { return init_value(layout_.params()[i].init, keys[i], global); });
   }
 
   // From the whole model's full tensors in parameter order, as gather() returns them.
