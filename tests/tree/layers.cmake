@@ -3,6 +3,7 @@
 # so the folders form no cycle. The umbrella headers at the top level may include all.
 #   cmake -DROOT=<repo> -P layers.cmake
 set(ORDER core space comm model kernels optim parallel io nn models data train observe)
+get_filename_component(ROOT "${ROOT}" ABSOLUTE)
 file(GLOB_RECURSE headers RELATIVE ${ROOT}/include/strata ${ROOT}/include/strata/*/*.hpp
      ${ROOT}/include/strata/*/*.cuh)
 set(bad "")
@@ -38,4 +39,7 @@ if(bad)
   message(FATAL_ERROR "include/strata folders out of order (map: ${ORDER}):${bad}")
 endif()
 list(LENGTH headers n)
+if(n EQUAL 0)
+  message(FATAL_ERROR "no headers under ${ROOT}/include/strata: nothing was checked")
+endif()
 message(STATUS "${n} headers follow the folder map ${ORDER}")
