@@ -44,7 +44,11 @@
 #include "io/checkpoint.hpp"
 #include "io/config.hpp"
 #include "io/export.hpp"
+#include "io/hf_weights.hpp"
 #include "io/safetensors.hpp"
+
+#include "models/qwen2.hpp"
+#include "models/qwen2_io.hpp"
 
 #include "train/batch.hpp"
 #include "train/dispatch.hpp"

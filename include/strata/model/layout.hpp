@@ -36,6 +36,7 @@ struct param_slot {
   std::size_t numel = 0;
   bool decay = true;
   init_spec init;
+  std::string tied_to;  // param::tied_to: the name of the param this one is the same tensor as
 };
 
 class flat_layout {
@@ -135,7 +136,7 @@ flat_layout flat_layout::of(M& model, std::size_t alignment_elems) {
         const std::size_t n = p.numel();
         // An empty param (a linear without bias) takes no room and needs no alignment.
         if (n != 0) local = round_up(local, param_alignment);
-        l.params_.push_back({std::string(name), p.shape, layer_index, offset + local, n, p.decay, p.init});
+        l.params_.push_back({std::string(name), p.shape, layer_index, offset + local, n, p.decay, p.init, p.tied_to});
         local += n;
       };
       detail::for_each_param_under(layer, std::string(layer_name), place);

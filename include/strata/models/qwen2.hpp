@@ -94,6 +94,14 @@ struct qwen2_config {
       expects<config_error>(*v == c.head_dim(), [&] {
         return strata::cat(source, ": head_dim ", *v, " is not hidden_size / num_attention_heads = ", c.head_dim());
       });
+    if (const auto* types = r.find("layer_types")) {
+      if (!types->is_array()) r.expected("layer_types", "an array", *types);
+      for (const auto& t : *types)
+        expects<config_error>(t == "full_attention", [&] {
+          return cat(source, ": layer_types holds ", t.dump(),
+                     "; only full attention is implemented (no sliding window)");
+        });
+    }
     read_rope(r, c, source);
     // What the reader did not consume is kept as it is, for export.
     for (auto& [k, v] : j.items())

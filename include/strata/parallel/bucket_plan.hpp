@@ -46,12 +46,18 @@ class bucket_plan {
     expects<config_error>(layer_begin < layer_end || segs.empty(), [&] {
       return strata::cat("bucket plan for layers [", layer_begin, ", ", layer_end, ") of ", segs.size(), ": empty");
     });
+    // A layer holding one of two tied params is a bucket alone: the two tensors' buckets
+    // then have one size, and each rank's piece of both covers the same elements, so
+    // their gradients can be summed piece by piece (see train/detail/tied_params.hpp).
+    const std::vector<bool> alone = tied_layers(layout, segs.size());
     // Walk layers from the last: backward produces their gradients first.
     std::vector<bucket> reversed;
     std::size_t end = layer_end;
     while (end > layer_begin) {
       std::size_t first = end, elems = 0;
-      while (first > layer_begin && (elems == 0 || elems + segs[first - 1].size <= bucket_elems)) {
+      if (alone[end - 1]) --first;
+      while (first > layer_begin && !alone[first - 1] && !(first < end && alone[first]) &&
+             (elems == 0 || elems + segs[first - 1].size <= bucket_elems)) {
         --first;
         elems += segs[first].size;
         if (elems >= bucket_elems) break;
@@ -120,6 +126,18 @@ class bucket_plan {
   }
 
  private:
+  // Per layer: whether it holds a param tied to another, or one another is tied to.
+  static std::vector<bool> tied_layers(const flat_layout& layout, std::size_t layers) {
+    std::vector<bool> alone(layers, false);
+    for (const auto& p : layout.params()) {
+      if (p.tied_to.empty()) continue;
+      alone[p.layer_index] = true;
+      for (const auto& q : layout.params())
+        if (q.name == p.tied_to) alone[q.layer_index] = true;
+    }
+    return alone;
+  }
+
   struct padded_param {
     std::size_t offset, numel;
     bool decay;

@@ -111,6 +111,15 @@ class trainer {
   // gather_master() returns them): master and compute params of what this rank holds;
   // optimizer moments are left as they are. For initial weights from a file.
   void set_weights(std::span<const float> full) { body_.set_weights(full); }
+  // Sets the weights from a reader of full tensors, each rank asking only for what it
+  // holds: read(const param_slot& p, std::size_t first, std::span<float> out) fills out
+  // with elements [first, first + out.size()) of p's full tensor (row-major, p.name as
+  // in layout()). A tied param (param::tied_to) takes its source's values. Collective.
+  // For weights from files of any size (models/qwen2_io.hpp reads Hugging Face ones).
+  template <class Read>
+  void set_weights_from(Read&& read) {
+    body_.set_weights_from(read);
+  }
 
   // Writes a checkpoint of the current step under dir (collective); `extra` is kept
   // verbatim (a data position, say) and returned by load().

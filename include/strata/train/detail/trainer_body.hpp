@@ -3,6 +3,7 @@
 // per concern, builds them in an order every rank repeats (their collectives included),
 // and runs a step through them: the schedule, the global norm, the optimizer step.
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -31,6 +32,7 @@
 #include "schedule_driver.hpp"
 #include "shard_update.hpp"
 #include "stage_params.hpp"
+#include "tied_params.hpp"
 #include "trainer_types.hpp"
 #include "weights.hpp"
 
@@ -60,7 +62,8 @@ class trainer_body {
         gathers_(plan_, state_, dev_, params_, dp_),
         update_(opt, plan_, state_, dev_, gathers_),
         driver_(g, opts_, table_, params_, plan_, dev_, reduce_, gathers_),
-        weights_(g, layout_, params_, plan_, state_, dev_, update_, gathers_),
+        tied_(g, layout_, params_, plan_, state_, dev_),
+        weights_(g, layout_, params_, plan_, state_, dev_, update_, gathers_, tied_),
         checkpoints_(g, layout_, params_, plan_, state_, dev_),
         counters_{0, {}, make_loss_scaler(opts_)} {
     opts_.validate();
@@ -79,13 +82,13 @@ class trainer_body {
     dev_.host_eng.prepare_step(state_.runs, state_.master.size());
     driver_.allocate_losses();
     params_.collect(table_, layout_, plan_);
+    tied_.setup(opts_.pipeline_cuts);
     gathers_.bind_static();
     reduce_.bind_static();
     weights_.initialise(opts_.seed);
     gathers_.reserve();
     driver_.start();
-    norm_runs_ = {{0, state_.grad_shard.size()}};
-    if (grid_.tp_size() > 1 && grid_.tp_rank() != 0) collect_tp_norm_runs();
+    collect_norm_runs();
   }
 
   // Queued device work reads buffers about to be freed: wait (with the time-out).
@@ -103,6 +106,7 @@ class trainer_body {
     check_batch_rows(b, opts_.micro_batches);
     const float scale = loss_scale();
     driver_.run(b, scale);
+    tied_.sum_grads();
 
     step_stats s;
     s.step = ++counters_.step;
@@ -148,6 +152,10 @@ class trainer_body {
 
   std::vector<float> gather_master() { return weights_.gather(); }
   void set_weights(std::span<const float> full) { weights_.set(full); }
+  template <class Read>
+  void set_weights_from(Read&& read) {
+    weights_.set_from(read);
+  }
 
   void save(const std::filesystem::path& dir, nlohmann::json extra, const checkpoint_options& o) {
     checkpoints_.save(dir, std::move(extra), o, counters_, opts_.seed);
@@ -184,14 +192,22 @@ class trainer_body {
     return loss_scaler(fixed);
   }
 
-  // Params replicated over tensor-parallel ranks (norms, row-parallel biases) have
-  // equal gradients on every tensor rank: only tensor rank 0 counts them in the norm.
-  void collect_tp_norm_runs() {
-    std::vector<index_range> replicated;  // padded ranges
-    for (std::size_t i : params_.mine)
-      if (!params_.all[i]->sharded())
-        replicated.push_back({params_.offset[i], params_.offset[i] + layout_.params()[i].numel});
-    norm_runs_ = state_.shard_runs_outside(plan_, replicated);
+  // The grad shard's runs the global norm counts: all of it, but for params counted
+  // elsewhere. Params replicated over tensor-parallel ranks (norms, row-parallel biases)
+  // have equal gradients on every tensor rank: only tensor rank 0 counts them. A tied
+  // copy carries its source's gradient: the source counts it.
+  void collect_norm_runs() {
+    std::vector<index_range> excluded = tied_.copy_ranges();  // padded ranges
+    if (grid_.tp_size() > 1 && grid_.tp_rank() != 0)
+      for (std::size_t i : params_.mine)
+        if (!params_.all[i]->sharded())
+          excluded.push_back({params_.offset[i], params_.offset[i] + layout_.params()[i].numel});
+    if (excluded.empty()) {
+      norm_runs_ = {{0, state_.grad_shard.size()}};
+      return;
+    }
+    std::sort(excluded.begin(), excluded.end());
+    norm_runs_ = state_.shard_runs_outside(plan_, excluded);
   }
 
   grid_t& grid_;
@@ -209,6 +225,7 @@ class trainer_body {
   param_gathers<types> gathers_;
   shard_update<types, Optimizer> update_;
   schedule_driver<types, Schedule> driver_;
+  tied_params<types> tied_;
   trainer_weights<types, Optimizer> weights_;
   checkpoint_view<types, Optimizer> checkpoints_;
   std::vector<index_range> norm_runs_;  // of the grad shard, counted in the norm

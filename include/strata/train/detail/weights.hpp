@@ -17,6 +17,7 @@
 #include "param_gathers.hpp"
 #include "shard_update.hpp"
 #include "stage_params.hpp"
+#include "tied_params.hpp"
 
 namespace strata::detail {
 
@@ -27,7 +28,7 @@ class trainer_weights {
  public:
   trainer_weights(typename Types::grid_t& grid, const flat_layout& layout, const stage_params& params,
                   const bucket_plan& plan, typename Types::state_t& state, typename Types::dev_t& dev,
-                  shard_update<Types, Optimizer>& update, param_gathers<Types>& gathers)
+                  shard_update<Types, Optimizer>& update, param_gathers<Types>& gathers, const tied_params<Types>& ties)
       : grid_(grid),
         layout_(layout),
         params_(params),
@@ -35,18 +36,21 @@ class trainer_weights {
         state_(state),
         dev_(dev),
         update_(update),
-        gathers_(gathers) {}
+        gathers_(gathers),
+        ties_(ties) {}
 
   // Each element from (seed, param name, index in the full tensor): every layout starts
-  // from the same weights.
+  // from the same weights. A tied param starts as its source (that name, that init).
   void initialise(std::uint64_t seed) {
     std::vector<std::uint64_t> keys(layout_.params().size());
-    for (std::size_t i : params_.mine) keys[i] = init_key(seed, layout_.params()[i].name);
-    fill_master(
-        [&](std::size_t i, std::size_t global) { return init_value(layout_.params()[i].init, keys[i], global); });
+    for (std::size_t i : params_.mine) keys[i] = init_key(seed, layout_.params()[ties_.value_source(i)].name);
+    fill_master([&](std::size_t i, std::size_t global) {
+      return init_value(layout_.params()[ties_.value_source(i)].init, keys[i], global);
+    });
   }
 
-  // From the whole model's full tensors in parameter order, as gather() returns them.
+  // From the whole model's full tensors in parameter order, as gather() returns them; a
+  // tied param takes its source's values.
   void set(std::span<const float> full) {
     std::vector<std::size_t> base(params_.all.size() + 1, 0);
     for (std::size_t i = 0; i < params_.all.size(); ++i) {
@@ -56,7 +60,18 @@ class trainer_weights {
     expects<config_error>(full.size() == base.back(), [&] {
       return cat("strata::trainer::set_weights: ", full.size(), " values for a model of ", base.back());
     });
-    fill_master([&](std::size_t i, std::size_t global) { return full[base[i] + global]; });
+    fill_master([&](std::size_t i, std::size_t global) { return full[base[ties_.value_source(i)] + global]; });
+  }
+
+  // From a reader of full tensors: read(slot, first, out) fills out with elements [first,
+  // first + out.size()) of the full tensor of the param `slot` describes (row-major). A
+  // rank asks only for what it holds, in runs contiguous in the full tensor; a tied
+  // param asks for its source's.
+  template <class Read>
+  void set_from(Read&& read) {
+    for_each_run([&](std::size_t i, std::size_t first, std::span<float> out) {
+      read(layout_.params()[ties_.value_source(i)], first, out);
+    });
   }
 
   // The fp32 master weights of the whole model (collective over the grid): this stage's
@@ -89,12 +104,28 @@ class trainer_weights {
   // tensor), then the compute params from master.
   template <class F>
   void fill_master(F&& value) {
+    for_each_run([&](std::size_t i, std::size_t first, std::span<float> out) {
+      for (std::size_t k = 0; k < out.size(); ++k) out[k] = value(i, first + k);
+    });
+  }
+
+  // f(param index, first, out) for the master elements this rank holds, in runs that are
+  // contiguous in the param's full tensor (out is their place in the master copy), then
+  // the compute params from master.
+  template <class F>
+  void for_each_run(F&& f) {
     state_.with_host(*dev_.eng, true, [&](float* master, float*, float*) {
       for (std::size_t i : params_.mine) {
         const param<float>& p = *params_.all[i];
         const std::size_t lo = params_.offset[i], hi = lo + layout_.params()[i].numel;
         state_.for_each_master_range(plan_, stage, lo, hi, [&](std::size_t padded, std::size_t at, std::size_t n) {
-          for (std::size_t j = 0; j < n; ++j) master[at + j] = value(i, p.global_index(padded - lo + j));
+          for (std::size_t j = 0; j < n;) {
+            const std::size_t first = p.global_index(padded - lo + j);
+            std::size_t len = 1;
+            while (j + len < n && p.global_index(padded - lo + j + len) == first + len) ++len;
+            f(i, first, std::span<float>(master + at + j, len));
+            j += len;
+          }
         });
       }
     });
@@ -110,6 +141,7 @@ class trainer_weights {
   typename Types::dev_t& dev_;
   shard_update<Types, Optimizer>& update_;
   param_gathers<Types>& gathers_;
+  const tied_params<Types>& ties_;
 };
 
 }  // namespace strata::detail

@@ -1,0 +1,94 @@
+// A Qwen2 trainer's weights from and to a Hugging Face model directory: each rank reads
+// only the elements it holds (tensor slice, pipeline stage, ZeRO shard); the export is a
+// directory transformers.AutoModelForCausalLM.from_pretrained loads.
+#pragma once
+#include <cstddef>
+#include <filesystem>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "../core/dtype.hpp"
+#include "../core/error.hpp"
+#include "../io/hf_weights.hpp"
+#include "../model/layout.hpp"
+#include "../model/reflect.hpp"
+#include "qwen2.hpp"
+
+namespace strata::models {
+
+// Checks that the directory's tensors are exactly the model's (transformers' names, full
+// shapes, floating dtypes; a tied copy may be absent) and loads them into the trainer,
+// BF16, FP16 or FP32 on disk into the fp32 master. Collective over the trainer's grid;
+// a missing, unexpected or mis-shaped tensor is a checkpoint_error naming it and its file,
+// before any weight changes.
+template <class Trainer>
+void load_qwen2_weights(Trainer& tr, const hf_weights& files) {
+  const flat_layout& layout = tr.layout();
+  std::set<std::string> used;
+  std::size_t i = 0;
+  // Full shapes: the params know them (a tensor-parallel slice says so); the layout's are local.
+  for_each_param(tr.model(), [&](const auto& p, std::string_view) {
+    const param_slot& slot = layout.params()[i++];
+    if (p.numel() == 0) return;  // an absent bias (o_proj's): not in the file either
+    const std::string name = qwen2_hf_name(slot.tied_to.empty() ? slot.name : slot.tied_to);
+    // A tied copy saved anyway is read as its source, as transformers does.
+    if (!slot.tied_to.empty() && files.contains(qwen2_hf_name(slot.name))) used.insert(qwen2_hf_name(slot.name));
+    if (!files.contains(name))
+      throw checkpoint_error(cat(files.dir().string(), ": tensor \"", name, "\" (param ", slot.name, ") is missing"));
+    used.insert(name);
+    const tensor_info& t = files.info(name);
+    if (!detail::st_is_float_dtype(t.dtype))
+      throw checkpoint_error(
+          cat(files.file_of(name), ": tensor \"", name, "\" is ", name_of(t.dtype), ", not a floating type"));
+    const shape want = p.sharded() ? p.full_shape : p.shape;
+    bool same = t.shape.size() == want.rank;
+    for (std::size_t d = 0; same && d < t.shape.size(); ++d) same = t.shape[d] == want[d];
+    if (!same) {
+      std::string got = "[";
+      for (std::size_t d = 0; d < t.shape.size(); ++d) got += (d ? ", " : "") + std::to_string(t.shape[d]);
+      throw checkpoint_error(
+          cat(files.file_of(name), ": tensor \"", name, "\" has shape ", got, "] but ", slot.name, " is ", want));
+    }
+  });
+  for (const auto& name : files.names())
+    if (!used.count(name))
+      throw checkpoint_error(cat(files.file_of(name), ": tensor \"", name,
+                                 "\" is not a param of this Qwen2 model (another architecture, or another size?)"));
+  tr.set_weights_from([&](const param_slot& p, std::size_t first, std::span<float> out) {
+    files.read(qwen2_hf_name(p.name), first, out);
+  });
+}
+
+template <class Trainer>
+void load_qwen2_weights(Trainer& tr, const std::filesystem::path& dir) {
+  load_qwen2_weights(tr, hf_weights::open(dir));
+}
+
+// Writes a Hugging Face directory of the trainer's weights (config.json from cfg, the
+// tensors under transformers' names, a tied copy left out as transformers saves it), as
+// F32 or BF16, sharded above max_shard_bytes. Collective (the weights are gathered);
+// world rank 0 writes.
+template <class Trainer>
+void export_qwen2(Trainer& tr, const std::filesystem::path& dir, const qwen2_config& cfg, dtype as = dtype::f32,
+                  std::uint64_t max_shard_bytes = std::uint64_t{5} << 30) {
+  const std::vector<float> values = tr.gather_master();
+  if (tr.grid_ref().world().rank() != 0) return;
+  std::vector<hf_tensor> tensors;
+  std::size_t at = 0, i = 0;
+  for_each_param(tr.model(), [&](const auto& p, std::string_view) {
+    const auto& slot = tr.layout().params()[i++];
+    const shape full = p.sharded() ? p.full_shape : p.shape;
+    const std::size_t n = full.numel();
+    // Tied copies and absent biases are not written, as transformers saves the model.
+    if (slot.tied_to.empty() && n != 0)
+      tensors.push_back({qwen2_hf_name(slot.name), full, std::span(values).subspan(at, n)});
+    at += n;
+  });
+  nlohmann::json config = cfg.to_json();
+  config["torch_dtype"] = as == dtype::bf16 ? "bfloat16" : "float32";
+  write_hf_weights(dir, config, tensors, as, max_shard_bytes);
+}
+
+}  // namespace strata::models

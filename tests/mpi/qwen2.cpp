@@ -1,0 +1,351 @@
+// strata-ranks: 1 4
+// Qwen2 against transformers (tests/data/qwen2_tiny, made by tests/tools/make_qwen2_fixture.py):
+// the Hugging Face directory loads, the logits and the loss are transformers', and so are
+// the weights after 3 AdamW steps; an export reads back with the same tensors. At 4 ranks
+// the tied model trains at tp 2 x dp 2, pp 2 x dp 2 (embedding and head on different
+// stages), tp 2 x pp 2 and dp 4 with ZeRO 0-3, with and without offload, as one process does.
+#include <cmath>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <strata/models/qwen2.hpp>
+#include <strata/models/qwen2_io.hpp>
+#include <strata/strata.hpp>
+
+#include "catch.hpp"
+#include "shared_dir.hpp"
+
+using namespace strata;
+namespace fs = std::filesystem;
+using models::qwen2;
+
+namespace {
+
+const fs::path fixture_dir = fs::path(STRATA_TEST_DATA_DIR) / "qwen2_tiny";
+constexpr int steps = 3;
+
+struct fixture {
+  safetensors_file file = safetensors_file::open(fixture_dir / "fixture.safetensors");
+  std::vector<std::int32_t> tokens = file.read_all<std::int32_t>("tokens");
+  std::int64_t rows = file.info("tokens").shape[0], seq = file.info("tokens").shape[1] - 1;
+  std::vector<float> after(const std::string& hf_name) const { return file.read_all<float>("after." + hf_name); }
+  // This data-parallel rank's rows: inputs are a row's first seq tokens, targets its last seq.
+  batch<> rows_of(int dp_rank, int dp_size) const {
+    const std::int64_t local = rows / dp_size;
+    batch<> b;
+    b.inputs.resize({local, seq});
+    b.targets.resize({local, seq});
+    for (std::int64_t r = 0; r < local; ++r)
+      for (std::int64_t s = 0; s < seq; ++s) {
+        const std::int64_t row = dp_rank * local + r;
+        b.inputs[r * seq + s] = static_cast<float>(tokens[row * (seq + 1) + s]);
+        b.targets[r * seq + s] = static_cast<float>(tokens[row * (seq + 1) + s + 1]);
+      }
+    return b;
+  }
+};
+
+const fixture& data() {
+  static const fixture f;
+  return f;
+}
+
+// transformers' AdamW of the fixture: lr 1e-2, betas (0.9, 0.999), eps 1e-8, decay 0.01
+// on matrices and embeddings (strata's default decay flags), constant lr.
+trainer_options options() {
+  trainer_options o;
+  o.schedule = lr_schedule::constant(1e-2);
+  o.bucket_elems = 3000;  // several buckets, so pieces cross param boundaries
+  return o;
+}
+
+template <class S>
+using qwen2_trainer = trainer<qwen2, host, S>;
+
+// The fixture's model on grid g, its weights loaded.
+template <class S>
+struct loaded_qwen2 : qwen2_trainer<S> {
+  loaded_qwen2(grid<world_comm>& g, const models::qwen2_config& cfg)
+      : qwen2_trainer<S>(g, models::make_qwen2(cfg, g.tp_rank(), g.tp_size()), options(),
+                         adamw{.weight_decay = 0.01f}) {
+    models::load_qwen2_weights(*this, fixture_dir);
+  }
+};
+
+// What a run gives: the loss before each step, and the weights after them.
+struct run_result {
+  std::vector<float> losses, master;
+};
+
+template <class S>
+run_result train(grid<world_comm>& g, const models::qwen2_config& cfg) {
+  loaded_qwen2<S> tr(g, cfg);
+  const batch<> b = data().rows_of(g.dp_rank(), g.dp_size());
+  run_result r;
+  for (int s = 0; s < steps; ++s) r.losses.push_back(tr.step(b).loss);
+  r.master = tr.gather_master();
+  return r;
+}
+
+// The full tensors of a trainer's master, by transformers' name (tied copies left out).
+std::vector<std::pair<std::string, std::vector<float>>> by_name(const flat_layout& layout, const qwen2& m,
+                                                                const std::vector<float>& master) {
+  std::vector<std::pair<std::string, std::vector<float>>> out;
+  std::size_t at = 0, i = 0;
+  for_each_param(m, [&](const auto& p, std::string_view) {
+    const auto& slot = layout.params()[i++];
+    const std::size_t n = (p.sharded() ? p.full_shape : p.shape).numel();
+    if (slot.tied_to.empty() && n != 0)
+      out.emplace_back(
+          models::qwen2_hf_name(slot.name),
+          std::vector<float>(master.begin() + static_cast<long>(at), master.begin() + static_cast<long>(at + n)));
+    at += n;
+  });
+  return out;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
+  return worst;
+}
+
+// One grid over the first tp * dp * pp ranks (the others get none).
+struct sub_grid {
+  world_comm comm;
+  std::optional<grid<world_comm>> g;
+  sub_grid(world_comm& w, int tp, int dp, int pp, int color_base = 0)
+      : comm(w.split(w.rank() < tp * dp * pp ? color_base : color_base + 1, w.rank())) {
+    if (w.rank() < tp * dp * pp) g.emplace(comm, grid_dims{.tensor = tp, .pipeline = pp});
+  }
+};
+
+}  // namespace
+
+TEST_CASE("qwen2 config: transformers 5.x's file, and the keys that are refused") {
+  const auto cfg = models::qwen2_config::load(fixture_dir);
+  CHECK(cfg.vocab_size == 64);
+  CHECK(cfg.num_key_value_heads == 2);
+  CHECK(cfg.rope_theta == 10000.0);  // from rope_parameters (5.x)
+  CHECK(cfg.tie_word_embeddings);
+  // 4.x's top-level rope_theta, and the features this implementation does not have.
+  auto j = cfg.to_json();
+  j["rope_theta"] = 1e6;
+  CHECK(models::qwen2_config::from_json(j, "x").rope_theta == 1e6);
+  const auto refused = [&](const char* key, nlohmann::json v, const char* says) {
+    auto bad = cfg.to_json();
+    bad[key] = v;
+    CHECK_THROWS_WITH(models::qwen2_config::from_json(bad, "dir/config.json"), Catch::Contains(says));
+  };
+  refused("model_type", "llama", "model_type is \"llama\"");
+  refused("use_sliding_window", true, "use_sliding_window is true");
+  refused("hidden_act", "gelu", "hidden_act is \"gelu\"");
+  refused("rope_scaling", {{"rope_type", "yarn"}}, "rope_scaling of type \"yarn\"");
+  refused("num_key_value_heads", 3, "num_attention_heads 4 is not a multiple of num_key_value_heads 3");
+  refused("vocab_size", "64", "vocab_size must be");
+  CHECK_THROWS_WITH(models::qwen2_config::load(fixture_dir / "nothing"), Catch::Contains("cannot open"));
+}
+
+TEST_CASE("qwen2 from transformers' files: logits, loss, and the weights after 3 AdamW steps") {
+  environment env;
+  auto& w = env.world();
+  if (w.size() != 1) return;
+  grid g(w);
+  const auto cfg = models::qwen2_config::load(fixture_dir);
+  loaded_qwen2<replicated> tr(g, cfg);
+  const batch<> b = data().rows_of(0, 1);
+
+  // Logits: the model's layers on the loaded weights (replicated: every param is bound).
+  context<host> ctx;
+  qwen2& m = tr.model();
+  nn::vocab_parallel_embedding::cache<> ce;
+  nn::rms_norm::cache<> cn;
+  nn::column_parallel_linear::cache<> ch;
+  tensor<float> x, y, logits;
+  m.embed_tokens.forward(ctx, b.inputs, x, ce);
+  std::vector<models::qwen2_decoder_layer::cache<host>> lc(m.layers.size());
+  for (std::size_t l = 0; l < m.layers.size(); ++l) {
+    m.layers[l].forward(ctx, x, y, lc[l]);
+    std::swap(x, y);
+  }
+  m.norm.forward(ctx, x, y, cn);
+  m.lm_head.forward(ctx, y, logits, ch);
+  const auto want = data().file.read_all<float>("logits");
+  const double logit_err = max_abs_diff(std::vector<float>(logits.span().begin(), logits.span().end()), want);
+  INFO("max |logit - transformers'| = " << logit_err);
+  CHECK(logit_err <= 1e-4);
+
+  const float loss = tr.evaluate(b);
+  const float want_loss = data().file.read_all<float>("loss")[0];
+  INFO("loss " << loss << " vs transformers' " << want_loss);
+  CHECK(std::abs(loss - want_loss) <= 1e-5 * want_loss);
+
+  const auto step_loss = data().file.read_all<float>("step_loss");
+  for (int s = 0; s < steps; ++s) {
+    const float l = tr.step(b).loss;
+    INFO("step " << s << ": loss " << l << " vs " << step_loss[s]);
+    CHECK(std::abs(l - step_loss[s]) <= 1e-5 * step_loss[s]);
+  }
+  double worst = 0.0;
+  for (const auto& [name, values] : by_name(tr.layout(), m, tr.gather_master())) {
+    const double e = max_abs_diff(values, data().after(name));
+    INFO(name << ": max |strata - transformers| after " << steps << " steps = " << e);
+    CHECK(e <= 1e-4);
+    worst = std::max(worst, e);
+  }
+  std::printf("qwen2_tiny vs transformers: logits %.3g, loss %.3g relative, weights after %d steps %.3g\n", logit_err,
+              std::abs(loss - want_loss) / want_loss, steps, worst);
+}
+
+TEST_CASE("qwen2 export: a Hugging Face directory with the fixture's tensors, whole or in BF16 shards") {
+  environment env;
+  auto& w = env.world();
+  if (w.size() != 1) return;
+  grid g(w);
+  const auto cfg = models::qwen2_config::load(fixture_dir);
+  loaded_qwen2<replicated> tr(g, cfg);
+  test::shared_dir out(w, "qwen2_export");
+  models::export_qwen2(tr, out.path / "f32", cfg);
+  const auto src = hf_weights::open(fixture_dir), back = hf_weights::open(out.path / "f32");
+  CHECK(back.names() == src.names());  // no lm_head.weight: tied, as transformers saves it
+  for (const auto& name : src.names()) {
+    std::vector<float> a(src.info(name).numel()), b(back.info(name).numel());
+    src.read(name, 0, a);
+    back.read(name, 0, b);
+    CHECK(a == b);
+  }
+  CHECK(models::qwen2_config::load(out.path / "f32").to_json() == cfg.to_json());
+
+  // BF16 in shards of at most 20 KB: several files and the index that lists them.
+  models::export_qwen2(tr, out.path / "bf16", cfg, dtype::bf16, 20000);
+  CHECK(fs::exists(out.path / "bf16" / "model.safetensors.index.json"));
+  CHECK_FALSE(fs::exists(out.path / "bf16" / "model.safetensors"));
+  const auto sharded = hf_weights::open(out.path / "bf16");
+  CHECK(sharded.names() == src.names());
+  const std::string name = "model.layers.1.mlp.down_proj.weight";
+  CHECK(sharded.info(name).dtype == dtype::bf16);
+  std::vector<float> a(src.info(name).numel()), b(a.size());
+  src.read(name, 0, a);
+  sharded.read(name, 0, b);
+  for (std::size_t i = 0; i < a.size(); ++i) REQUIRE(b[i] == static_cast<float>(bf16(a[i])));
+  // The sharded directory loads back into a trainer.
+  qwen2_trainer<replicated> tr2(g, models::make_qwen2(cfg), options());
+  models::load_qwen2_weights(tr2, out.path / "bf16");
+}
+
+TEST_CASE("qwen2 directories that do not fit are refused, naming the file and the tensor") {
+  environment env;
+  auto& w = env.world();
+  if (w.size() != 1) return;
+  grid g(w);
+  const auto cfg = models::qwen2_config::load(fixture_dir);
+  test::shared_dir out(w, "qwen2_bad");
+  loaded_qwen2<replicated> tr(g, cfg);
+  models::export_qwen2(tr, out.path / "good", cfg, dtype::f32, 20000);
+  const auto refused = [&](const fs::path& dir, const std::string& says) {
+    qwen2_trainer<replicated> t(g, models::make_qwen2(cfg), options());
+    CHECK_THROWS_WITH(models::load_qwen2_weights(t, dir), Catch::Contains(says));
+  };
+  // A shard the index lists, missing.
+  fs::copy(out.path / "good", out.path / "missing", fs::copy_options::recursive);
+  fs::remove(out.path / "missing" / "model-00002-of-00004.safetensors");
+  refused(out.path / "missing", "model-00002-of-00004.safetensors: listed in");
+  // A truncated shard.
+  fs::copy(out.path / "good", out.path / "short", fs::copy_options::recursive);
+  const auto shard = out.path / "short" / "model-00003-of-00004.safetensors";
+  fs::resize_file(shard, fs::file_size(shard) - 100);
+  refused(out.path / "short", "model-00003-of-00004.safetensors");
+  // Another model's sizes: a mis-shaped tensor.
+  auto bigger = cfg;
+  bigger.intermediate_size = 64;
+  qwen2_trainer<replicated> tb(g, models::make_qwen2(bigger), options());
+  CHECK_THROWS_WITH(models::load_qwen2_weights(tb, fixture_dir),
+                    Catch::Contains("tensor \"model.layers.0.mlp.gate_proj.weight\" has shape [48, 32]"));
+  // A model with fewer layers: the file has tensors it cannot place.
+  auto fewer = cfg;
+  fewer.num_hidden_layers = 1;
+  qwen2_trainer<replicated> tf(g, models::make_qwen2(fewer), options());
+  CHECK_THROWS_WITH(models::load_qwen2_weights(tf, fixture_dir),
+                    Catch::Contains("\"model.layers.1.input_layernorm.weight\" is not a param of this Qwen2 model"));
+  // No weights at all.
+  fs::create_directories(out.path / "empty");
+  refused(out.path / "empty", "no model.safetensors and no model.safetensors.index.json");
+}
+
+TEST_CASE("qwen2 at tp 2 x dp 2, pp 2 x dp 2 and dp 4 with ZeRO 0-3 (+ offload) trains as one process does") {
+  environment env;
+  auto& w = env.world();
+  if (w.size() != 4) return;
+  const auto cfg = models::qwen2_config::load(fixture_dir);
+  // The one-process run, on every rank alone.
+  world_comm alone = w.split(w.rank(), 0);
+  grid one(alone);
+  const run_result ref = train<replicated>(one, cfg);
+  const auto close_to_ref = [&](const run_result& r, const char* what) {
+    INFO(what);
+    for (int s = 0; s < steps; ++s) CHECK(std::abs(r.losses[s] - ref.losses[s]) <= 1e-5 * ref.losses[s]);
+    const double e = max_abs_diff(r.master, ref.master);
+    double loss_e = 0.0;
+    for (int s = 0; s < steps; ++s)
+      loss_e = std::max(loss_e, std::abs(double(r.losses[s]) - ref.losses[s]) / ref.losses[s]);
+    INFO("max |weights - one process| = " << e);
+    CHECK(e <= 1e-5);
+    if (w.rank() == 0)
+      std::printf("qwen2_tiny %s vs one process: weights %.3g, losses %.3g relative\n", what, e, loss_e);
+  };
+  {
+    grid g(w, grid_dims{.tensor = 2});
+    close_to_ref(train<zero<1>>(g, cfg), "tp 2 x dp 2, ZeRO-1");
+  }
+  {
+    // tp 2 x pp 2 reproduces transformers' loss.
+    grid g(w, grid_dims{.tensor = 2, .pipeline = 2});
+    const run_result r = train<replicated>(g, cfg);
+    close_to_ref(r, "tp 2 x pp 2");
+    const float want = data().file.read_all<float>("loss")[0];
+    CHECK(std::abs(r.losses[0] - want) <= 1e-5 * want);
+  }
+  {
+    grid g(w, grid_dims{.pipeline = 2});
+    close_to_ref(train<zero<2>>(g, cfg), "pp 2 x dp 2, ZeRO-2 (embedding and tied head on different stages)");
+  }
+  grid g(w);
+  const run_result z3 = train<zero<3>>(g, cfg);
+  close_to_ref(z3, "dp 4, ZeRO-3");
+  // Every stage the same bits, offload too (DESIGN §4), tied weights included.
+  CHECK(weights_hash(train<replicated>(g, cfg).master) == weights_hash(z3.master));
+  CHECK(weights_hash(train<zero<1>>(g, cfg).master) == weights_hash(z3.master));
+  CHECK(weights_hash(train<zero<2>>(g, cfg).master) == weights_hash(z3.master));
+  CHECK(weights_hash(train<zero<3, offload_optimizer>>(g, cfg).master) == weights_hash(z3.master));
+}
+
+TEST_CASE("tied copies stay one tensor: equal bits after training, at every layout") {
+  environment env;
+  auto& w = env.world();
+  const auto cfg = models::qwen2_config::load(fixture_dir);
+  const auto check = [&](grid<world_comm>& g, auto sharding, const char* what) {
+    using S = typename decltype(sharding)::type;
+    INFO(what);
+    loaded_qwen2<S> tr(g, cfg);
+    const batch<> b = data().rows_of(g.dp_rank(), g.dp_size());
+    for (int s = 0; s < steps; ++s) tr.step(b);
+    const auto named = tr.gather_master();
+    // gather_master has both copies: embed_tokens.weight first, lm_head.weight after the norm.
+    const std::size_t n = static_cast<std::size_t>(cfg.vocab_size) * cfg.hidden_size;
+    const std::vector<float> embed(named.begin(), named.begin() + static_cast<long>(n));
+    const std::vector<float> head(named.end() - static_cast<long>(n), named.end());
+    CHECK(weights_hash(embed) == weights_hash(head));
+  };
+  if (w.size() == 1) {
+    grid g(w);
+    check(g, type_tag<replicated>{}, "one process");
+  } else {
+    grid pp(w, grid_dims{.pipeline = 2});
+    check(pp, type_tag<zero<3>>{}, "pp 2 x dp 2, ZeRO-3");
+    grid tp(w, grid_dims{.tensor = 2});
+    check(tp, type_tag<zero<2>>{}, "tp 2 x dp 2, ZeRO-2");
+  }
+}
