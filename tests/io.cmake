@@ -1,5 +1,6 @@
 # io tests outside the unit/ convention, included from tests/CMakeLists.txt:
 #   io.safetensors_interop   strata's safetensors files vs the Python `safetensors` package
+#   io.qwen2_export          a Qwen2 directory exported by strata, read by that package
 #   fuzz.io_mutate           seeded random mutations (10^5 inputs) over the safetensors
 #                            header and config parsers, under ASan + UBSan (any compiler)
 #   fuzz.io_libfuzzer_*      the same targets under libFuzzer, where the compiler has it (clang)
@@ -17,6 +18,16 @@ if(STRATA_PYTHON3)
   set_tests_properties(io.safetensors_interop PROPERTIES TIMEOUT 120 LABELS io)
 else()
   message(WARNING "python3 not found: io.safetensors_interop is not registered")
+endif()
+
+# ---- a Qwen2 export read by the Python package ---------------------------------------
+add_executable(qwen2_export ${_io_dir}/tools/qwen2_export.cpp)
+strata_target_defaults(qwen2_export)
+if(STRATA_PYTHON3)
+  add_test(NAME io.qwen2_export
+           COMMAND ${STRATA_PYTHON3} ${_io_dir}/tools/check_hf_export.py --tool $<TARGET_FILE:qwen2_export>
+                   --fixture ${_io_dir}/data/qwen2_tiny)
+  set_tests_properties(io.qwen2_export PROPERTIES TIMEOUT 120 LABELS io ENVIRONMENT "${STRATA_MPI_TEST_ENV}")
 endif()
 
 # ---- fuzzing -------------------------------------------------------------------------

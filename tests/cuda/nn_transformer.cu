@@ -1,9 +1,10 @@
 // strata-gpu: required
 // The transformer layers in the CUDA space against the same layers on the host, on the
-// same data: layer_norm, embedding, position_embedding, causal self-attention, the
-// tensor-parallel layers at tp = 1 (context with an nccl_comm of size 1) and their block
-// moves, forward and backward; bad ids and targets give the host's errors; the whole gpt
-// example model through the trainer's layer table; the same bits run to run.
+// same data: layer_norm, rms_norm, embedding, position_embedding, causal self-attention,
+// grouped-query attention with rotary embedding, the SwiGLU MLP, the tensor-parallel
+// layers at tp = 1 (context with an nccl_comm of size 1) and their block moves, forward
+// and backward; bad ids and targets give the host's errors; the whole gpt example model
+// and Qwen2 through the trainer's layer table; the same bits run to run.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -507,16 +508,17 @@ TEST_CASE("causal_self_attention: forward and backward match the host") {
 
 namespace {
 
-// The gpt example's model through the trainer's layer table, one micro-batch: the loss
-// and every param's gradient.
+// A model (the gpt example's, Qwen2) through the trainer's layer table, one
+// micro-batch: the loss and every param's gradient.
 template <class Ctx>
-struct gpt_pass {
+struct model_pass {
   using tensor_t = strata::tensor<float, typename Ctx::space_type>;
   std::vector<strata::detail::layer_entry<Ctx>> table;
   std::vector<tensor_t> acts, dacts;
   tensor_t targets, seed;
 
-  explicit gpt_pass(gpt::model& m) : table(strata::detail::make_layer_table<Ctx>(m, 1)) {
+  template <class Model>
+  explicit model_pass(Model& m) : table(strata::detail::make_layer_table<Ctx>(m, 1)) {
     acts.resize(table.size() + 1);
     dacts.resize(table.size() + 1);
   }
@@ -541,20 +543,16 @@ struct gpt_pass {
 
 }  // namespace
 
-TEST_CASE("gpt model: the device's loss and gradients match the host's, the same bits run to run") {
-  const gpt::config cfg{48, 10, 32, 4, 2};  // vocab, seq, dim, heads, layers
-  gpt::model hm = gpt::make_model(cfg), dm = gpt::make_model(cfg);
-  std::mt19937 rng(79);
-  param_pair_store store;
-  const auto params = store.bind_all(hm, dm, rng, 0.2f, false);
-  gpt::synthetic_tokens data(cfg, 5);
-  strata::batch<> b;
-  data.fill(0, 6, b);
-
+namespace {
+// Host and device runs of one model on batch b (params bound by bind_all, without
+// gradients): the loss, every gradient, and a second device pass giving the same bits
+// without allocating.
+template <class Model, class Pairs>
+void compare_models(Model& hm, Model& dm, const Pairs& params, const strata::batch<>& b) {
   host_ctx hctx;
   device_env denv;
-  gpt_pass<host_ctx> hp(hm);
-  gpt_pass<device_ctx> dp(dm);
+  model_pass<host_ctx> hp(hm);
+  model_pass<device_ctx> dp(dm);
   hp.run(hctx, b);
   dp.run(denv.ctx, b);
   denv.synchronize();
@@ -584,4 +582,117 @@ TEST_CASE("gpt model: the device's loss and gradients match the host's, the same
     // The first pass started from zero gradients too (bind_all without grads).
     CHECK(same_bits(grads_of(*params[k].second), first[k]));
   }
+}
+}  // namespace
+
+TEST_CASE("gpt model: the device's loss and gradients match the host's, the same bits run to run") {
+  const gpt::config cfg{48, 10, 32, 4, 2};  // vocab, seq, dim, heads, layers
+  gpt::model hm = gpt::make_model(cfg), dm = gpt::make_model(cfg);
+  std::mt19937 rng(79);
+  param_pair_store store;
+  const auto params = store.bind_all(hm, dm, rng, 0.2f, false);
+  gpt::synthetic_tokens data(cfg, 5);
+  strata::batch<> b;
+  data.fill(0, 6, b);
+
+  compare_models(hm, dm, params, b);
+}
+
+TEST_CASE("rms_norm: statistics, output and gradients match the host") {
+  for (const std::int64_t d : {40, 600}) {  // rows narrower and wider than the block
+    INFO("dim " << d);
+    std::mt19937 rng(83);
+    const std::int64_t rows = 3 * 7;
+    nn::rms_norm h = nn::make_rms_norm(static_cast<int>(d)), dl = h;
+    param_pair_store store;
+    store.bind_all(h, dl, rng, 1.0f, true);
+    const auto x = random_values(rows * d, rng, -2.0f, 2.0f), dy = random_values(rows * d, rng);
+    host_ctx hctx;
+    device_env denv;
+    pair_run<nn::rms_norm> r;
+    r.run(h, h, dl, dl, hctx, denv, shape{3, 7, d}, x, dy);
+    // rstd is a double sum (in another order) rounded to float: 1 ulp at most; y and dx
+    // are a few float operations on it (the layer_norm test's reasoning, without a mean).
+    const auto rstd = read(r.dc.rstd);
+    for (std::int64_t i = 0; i < rows; ++i)
+      require_close("rstd", i, rstd[i], r.hc.rstd[i], 2 * u * std::abs(r.hc.rstd[i]));
+    check_normwise(read(r.dy_out), values_of(r.hy), 1e-6, "rms_norm y");
+    check_normwise(read(r.ddx), values_of(r.hdx), 1e-5, "rms_norm dx");
+    check_normwise(grads_of(dl.weight), host_grads(h.weight), 1e-5, "rms_norm weight.grad");
+  }
+}
+
+TEST_CASE("grouped_query_attention with rotary embedding: forward and backward match the host") {
+  // Groups of 2 and 4 query heads per key/value head (the device batches over batch rows)
+  // and one key/value head per query head with batch below the head count (over heads).
+  struct case_t {
+    std::int64_t B, S, D, heads, kv_heads;
+  };
+  for (const auto& c : {case_t{2, 12, 32, 4, 2}, case_t{3, 9, 32, 4, 1}, case_t{1, 7, 32, 4, 4}}) {
+    INFO("B " << c.B << " S " << c.S << " D " << c.D << " heads " << c.heads << " kv " << c.kv_heads);
+    std::mt19937 rng(89);
+    nn::grouped_query_attention h = nn::make_grouped_query_attention(static_cast<int>(c.D), static_cast<int>(c.heads),
+                                                                     static_cast<int>(c.kv_heads), 1e4f),
+                                dl = h;
+    param_pair_store store;
+    store.bind_all(h, dl, rng, 0.3f, true);
+    const auto n = static_cast<std::size_t>(c.B * c.S * c.D);
+    const auto x = random_values(n, rng), dy = random_values(n, rng);
+    host_ctx hctx;
+    device_env denv;
+    pair_run<nn::grouped_query_attention> r;
+    r.run(h, h, dl, dl, hctx, denv, shape{c.B, c.S, c.D}, x, dy);
+    // The chains of causal_self_attention's test, plus the rotation (cos and sin of each
+    // space's libm, within 2 ulp): the same chain tolerance.
+    constexpr double rel = 1e-4;
+    check_normwise(read(r.dc.cos), values_of(r.hc.cos), 1e-6, "rotary cos");
+    check_normwise(read(r.dc.probs), values_of(r.hc.probs), rel, "gqa probs");
+    check_normwise(read(r.dy_out), values_of(r.hy), rel, "gqa y");
+    check_normwise(read(r.ddx), values_of(r.hdx), rel, "gqa dx");
+    for (auto [hp, dp] : {std::pair{&h.q_proj, &dl.q_proj}, {&h.k_proj, &dl.k_proj}, {&h.v_proj, &dl.v_proj}}) {
+      check_normwise(grads_of(dp->weight), host_grads(hp->weight), rel, "gqa " + hp->weight.name + ".grad");
+      check_normwise(grads_of(dp->bias), host_grads(hp->bias), rel, "gqa " + hp->bias.name + ".grad");
+    }
+    check_normwise(grads_of(dl.o_proj.weight), host_grads(h.o_proj.weight), rel, "gqa o_proj.weight.grad");
+  }
+}
+
+TEST_CASE("swiglu_mlp: forward and backward match the host") {
+  std::mt19937 rng(97);
+  nn::swiglu_mlp h = nn::make_swiglu_mlp(32, 80), dl = h;
+  param_pair_store store;
+  store.bind_all(h, dl, rng, 0.3f, true);
+  const std::size_t n = 5 * 6 * 32;
+  const auto x = random_values(n, rng, -2.0f, 2.0f), dy = random_values(n, rng);
+  host_ctx hctx;
+  device_env denv;
+  pair_run<nn::swiglu_mlp> r;
+  r.run(h, h, dl, dl, hctx, denv, shape{5, 6, 32}, x, dy);
+  // Two GEMMs around an elementwise gate (exp within 2 ulp): one GEMM's tolerance per
+  // side, the chain's for what passes through both.
+  check_normwise(read(r.dc.h), values_of(r.hc.h), 1e-5, "swiglu gate * up");
+  check_normwise(read(r.dy_out), values_of(r.hy), 1e-4, "swiglu y");
+  check_normwise(read(r.ddx), values_of(r.hdx), 1e-4, "swiglu dx");
+  check_normwise(grads_of(dl.gate_proj.weight), host_grads(h.gate_proj.weight), 1e-4, "swiglu gate_proj.grad");
+  check_normwise(grads_of(dl.up_proj.weight), host_grads(h.up_proj.weight), 1e-4, "swiglu up_proj.grad");
+  check_normwise(grads_of(dl.down_proj.weight), host_grads(h.down_proj.weight), 1e-4, "swiglu down_proj.grad");
+}
+
+TEST_CASE("qwen2 model: the device's loss and gradients match the host's, the same bits run to run") {
+  strata::models::qwen2_config cfg;
+  cfg.vocab_size = 48;
+  cfg.hidden_size = 32;
+  cfg.intermediate_size = 48;
+  cfg.num_hidden_layers = 2;
+  cfg.num_attention_heads = 4;
+  cfg.num_key_value_heads = 2;
+  cfg.max_position_embeddings = 16;
+  strata::models::qwen2 hm = strata::models::make_qwen2(cfg), dm = strata::models::make_qwen2(cfg);
+  std::mt19937 rng(101);
+  param_pair_store store;
+  const auto params = store.bind_all(hm, dm, rng, 0.2f, false);
+  strata::batch<> b;
+  b.inputs = host_of({6, 10}, random_ids(60, cfg.vocab_size, rng));
+  b.targets = host_of({6, 10}, random_ids(60, cfg.vocab_size, rng));
+  compare_models(hm, dm, params, b);
 }

@@ -147,6 +147,13 @@ TEST_CASE("qwen2 config: transformers 5.x's file, and the keys that are refused"
   refused("num_key_value_heads", 3, "num_attention_heads 4 is not a multiple of num_key_value_heads 3");
   refused("vocab_size", "64", "vocab_size must be");
   CHECK_THROWS_WITH(models::qwen2_config::load(fixture_dir / "nothing"), Catch::Contains("cannot open"));
+  // A layout the sizes do not fit: the file and the key named.
+  CHECK_THROWS_WITH(models::make_qwen2(cfg, 0, 3),
+                    Catch::Contains("qwen2_tiny/config.json: num_key_value_heads 2 does not divide over 3"));
+  auto odd = cfg;
+  odd.vocab_size = 63;
+  CHECK_THROWS_WITH(models::make_qwen2(odd, 0, 2),
+                    Catch::Contains("config.json: vocab_size 63 does not divide over 2"));
 }
 
 TEST_CASE("qwen2 from transformers' files: logits, loss, and the weights after 3 AdamW steps") {

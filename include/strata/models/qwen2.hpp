@@ -38,6 +38,8 @@ struct qwen2_config {
   double initializer_range = 0.02;
   bool tie_word_embeddings = false;
   std::string torch_dtype = "float32";  // the dtype the file says its weights are in
+  // Where the config came from ("DIR/config.json"), for the errors of make_qwen2.
+  std::string source = "qwen2 config";
   // Keys of the file this reader does not interpret (token ids, generation settings,
   // transformers' bookkeeping): kept, and written back on export.
   nlohmann::json extra = nlohmann::json::object();
@@ -106,6 +108,7 @@ struct qwen2_config {
     // What the reader did not consume is kept as it is, for export.
     for (auto& [k, v] : j.items())
       if (!known_key(k)) c.extra[k] = v;
+    c.source = source;
     c.validate(source);
     return c;
   }
@@ -275,7 +278,7 @@ struct qwen2 {
 // transformers' initialisation: N(0, initializer_range) for matrices and embeddings,
 // zero biases, unit norms.
 inline qwen2 make_qwen2(const qwen2_config& cfg, int tp_rank = 0, int tp_size = 1) {
-  cfg.validate("qwen2 config", tp_size);
+  cfg.validate(cfg.source, tp_size);
   const auto normal = init_spec::normal(static_cast<float>(cfg.initializer_range));
   const auto eps = static_cast<float>(cfg.rms_norm_eps);
   qwen2 m;
