@@ -1,7 +1,7 @@
 // A struct nested inside a layer that inherits from another, in a model given to the trainer.
 // expect: strata: a field inside a layer has a base class
 // expect-first
-#include <strata/strata.hpp>
+#include "trainer_of.hpp"
 
 struct projection {
   strata::param<float> weight;
@@ -12,20 +12,11 @@ struct gated_projection : projection {
 struct mlp {
   gated_projection up;
   projection down;
-  struct cache {};
-  template <class Ctx>
-  void forward(Ctx&, const strata::tensor<float>&, strata::tensor<float>&, cache&) const {}
-  template <class Ctx>
-  void backward(Ctx&, const strata::tensor<float>&, strata::tensor<float>&, cache&) {}
+  NO_OP_LAYER_MEMBERS
 };
 struct net {
   mlp block;
   strata::nn::softmax_cross_entropy loss;
 };
 
-int main() {
-  strata::environment env;
-  strata::grid g(env.world());
-  strata::trainer<net> tr(g, net{});
-  (void)tr;
-}
+int main() { return train_model<net>(); }

@@ -1,7 +1,7 @@
 // A bare param as a top-level field of a model given to the trainer.
 // expect: strata: every field of a model must be a layer .*Wrap a lone param or value in a struct
 // expect-first
-#include <strata/strata.hpp>
+#include "trainer_of.hpp"
 
 struct net {
   strata::nn::linear fc;
@@ -9,9 +9,4 @@ struct net {
   strata::nn::softmax_cross_entropy loss;
 };
 
-int main() {
-  strata::environment env;
-  strata::grid g(env.world());
-  strata::trainer<net> tr(g, net{});
-  (void)tr;
-}
+int main() { return train_model<net>(); }

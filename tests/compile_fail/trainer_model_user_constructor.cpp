@@ -2,7 +2,7 @@
 // the constructor (model/concepts.hpp), not a generic "not a model".
 // expect: strata: the model type is not an aggregate Boost.PFR can reflect: it has a user-declared constructor
 // expect-first
-#include <strata/strata.hpp>
+#include "trainer_of.hpp"
 
 struct net {
   net() : fc{strata::param<float>({4, 3})} {}
@@ -10,9 +10,4 @@ struct net {
   strata::nn::softmax_cross_entropy loss;
 };
 
-int main() {
-  strata::environment env;
-  strata::grid g(env.world());
-  strata::trainer<net> tr(g, net{});
-  (void)tr;
-}
+int main() { return train_model<net>(); }
