@@ -40,7 +40,7 @@ class checkpoint_error : public error {
 template <class... Args>
 std::string cat(Args&&... args) {
   std::ostringstream os;
-  (os << ... << std::forward<Args>(args));
+  if constexpr (sizeof...(Args) > 0) (os << ... << std::forward<Args>(args));
   return os.str();
 }
 

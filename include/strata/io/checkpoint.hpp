@@ -16,6 +16,7 @@
 
 #include "../comm/reduce_op.hpp"
 #include "../core/error.hpp"
+#include "../core/hash.hpp"
 #include "../core/shape.hpp"
 #include "../optim/loss_scaler.hpp"
 #include "../parallel/bucket_plan.hpp"
@@ -76,11 +77,6 @@ inline std::string rank_file_name(int rank) {
   std::snprintf(s, sizeof s, "rank-%05d.bin", rank);
   return s;
 }
-inline std::string hex(std::uint64_t v) {
-  char s[17];
-  std::snprintf(s, sizeof s, "%016llx", static_cast<unsigned long long>(v));
-  return s;
-}
 
 // Resolves DIR (with a `latest` pointer) or DIR/step-N to the step directory.
 inline std::filesystem::path resolve_checkpoint(const std::filesystem::path& dir) {
@@ -133,7 +129,7 @@ inline nlohmann::json group_entry(const checkpoint_state& s, const std::vector<s
     g["files"].push_back({{"name", rank_file_name(static_cast<int>(sums[3 * r + 2]))},
                           {"dp_rank", r},
                           {"bytes", sums[3 * r + 1]},
-                          {"checksum", hex(sums[3 * r])}});
+                          {"checksum", hex64(sums[3 * r])}});
   return g;
 }
 
@@ -330,7 +326,7 @@ void load_checkpoint(Comm& world, checkpoint_state& s, const std::filesystem::pa
         if (k % world.size() == world.rank()) {
           std::vector<char> bytes(file.bytes);
           if (!bytes.empty()) file.handle->read_at(bytes.data(), bytes.size(), 0);
-          if (detail::hex(detail::checksum64(bytes.data(), bytes.size())) != file.checksum && bad < 0) bad = k;
+          if (hex64(detail::checksum64(bytes.data(), bytes.size())) != file.checksum && bad < 0) bad = k;
         }
       }
     }
