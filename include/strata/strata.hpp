@@ -50,6 +50,9 @@
 #include "models/qwen2.hpp"
 #include "models/qwen2_io.hpp"
 
+#include "data/token_file.hpp"
+#include "data/windows.hpp"
+
 #include "train/batch.hpp"
 #include "train/dispatch.hpp"
 #include "train/from_config.hpp"
