@@ -77,6 +77,9 @@ class tied_params {
   // off the pair of stages that hold the two).
   void setup(const std::vector<std::size_t>& cuts) {
     ties_ = find_ties(layout_, params_.all);
+    source_.resize(layout_.params().size());
+    for (std::size_t i = 0; i < source_.size(); ++i) source_[i] = i;
+    for (const auto& t : ties_) source_[t.copy] = t.source;
     std::vector<std::size_t> sizes;
     for (const auto& seg : layout_.segments()) sizes.push_back(seg.used);
     const int stages = grid_.pp_size(), me = grid_.pp_rank();
@@ -106,11 +109,8 @@ class tied_params {
   const std::vector<tied_pair>& pairs() const noexcept { return ties_; }
 
   // The layout index whose values and init a param takes: its source when tied.
-  std::size_t value_source(std::size_t i) const {
-    for (const auto& t : ties_)
-      if (t.copy == i) return t.source;
-    return i;
-  }
+  // (Asked per element while weights are filled: a table, not a search.)
+  std::size_t value_source(std::size_t i) const { return source_[i]; }
 
   // The copies on this stage as padded ranges: left out of the global norm, which counts
   // the one tensor once (its source carries the same gradient).
@@ -167,6 +167,7 @@ class tied_params {
   typename Types::state_t& state_;
   typename Types::dev_t& dev_;
   std::vector<tied_pair> ties_;
+  std::vector<std::size_t> source_;  // per param: itself, or the source it is tied to
   std::vector<link> links_;
 };
 

@@ -44,9 +44,9 @@ class trainer_weights {
   void initialise(std::uint64_t seed) {
     std::vector<std::uint64_t> keys(layout_.params().size());
     for (std::size_t i : params_.mine) keys[i] = init_key(seed, layout_.params()[ties_.value_source(i)].name);
-    fill_master([&](std::size_t i, std::size_t global) {
-      return init_value(layout_.params()[ties_.value_source(i)].init, keys[i], global);
-    });
+    std::vector<init_spec> specs(layout_.params().size());
+    for (std::size_t i : params_.mine) specs[i] = layout_.params()[ties_.value_source(i)].init;
+    fill_master([&](std::size_t i, std::size_t global) { return init_value(specs[i], keys[i], global); });
   }
 
   // From the whole model's full tensors in parameter order, as gather() returns them; a
