@@ -6,7 +6,11 @@ transformers computes with it, for the tests that hold strata's Qwen2 to transfo
   fixture.safetensors             tokens [B, S + 1] (I32); logits [B, S, V] of
                                   tokens[:, :S]; loss; step_loss [STEPS] (the loss before
                                   each AdamW step); and after.<name> for every tensor after
-                                  STEPS steps of AdamW on that batch
+                                  STEPS steps of AdamW on that batch; label_mask [B, S] (I32,
+                                  1 = train on the label) with masked_step_loss and
+                                  masked_after.<name>: the same steps from the same weights
+                                  with the masked labels set to -100 (ignore_index), so the
+                                  loss is the mean over the labels left
   README.md                       how it was made
 
 Every weight is random, the biases and norm weights included: transformers' defaults
@@ -90,8 +94,34 @@ def main():
         l.backward()
         opt.step()
 
+    # The masked run: uneven over rows (row 1 keeps 2 labels, row 3 all of them), so a
+    # per-rank mean instead of the global one would show.
+    mask = torch.ones(B, S, dtype=torch.int32)
+    mask[0, :5] = 0
+    mask[1, :S - 2] = 0
+    mask[2, 3:9] = 0
+    masked_labels = labels.masked_fill(mask == 0, -100)
+    masked = Qwen2ForCausalLM.from_pretrained(args.out, attn_implementation="eager").to(torch.float32)
+    masked.train()
+    decay = [p for n, p in masked.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in masked.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=LR, betas=BETAS, eps=EPS, foreach=False, fused=False)
+    masked_step_loss = []
+    for _ in range(STEPS):
+        opt.zero_grad()
+        out = masked(input_ids=inputs)
+        l = torch.nn.functional.cross_entropy(out.logits.reshape(-1, CONFIG["vocab_size"]),
+                                              masked_labels.reshape(-1), ignore_index=-100)
+        masked_step_loss.append(l.item())
+        l.backward()
+        opt.step()
+
     tensors = {
         "tokens": tokens.to(torch.int32).contiguous(),
+        "label_mask": mask.contiguous(),
+        "masked_step_loss": torch.tensor(masked_step_loss, dtype=torch.float32),
         "logits": logits.contiguous(),
         "loss": loss.reshape(1).contiguous(),
         "step_loss": torch.tensor(step_loss, dtype=torch.float32),
@@ -100,6 +130,9 @@ def main():
         if name == "lm_head.weight":  # tied: the same tensor as model.embed_tokens.weight
             continue
         tensors["after." + name] = p.detach().clone().contiguous()
+    for name, p in masked.state_dict().items():
+        if name != "lm_head.weight":
+            tensors["masked_after." + name] = p.detach().clone().contiguous()
     save_file(tensors, os.path.join(args.out, "fixture.safetensors"),
               metadata={"lr": str(LR), "betas": json.dumps(BETAS), "eps": str(EPS),
                         "weight_decay": str(WEIGHT_DECAY), "steps": str(STEPS),
@@ -108,7 +141,7 @@ def main():
         f.write("A tiny random Qwen2 and what transformers computes with it; made by\n"
                 "`tests/tools/make_qwen2_fixture.py` (see its docstring) with torch "
                 f"{torch.__version__} and transformers {__import__('transformers').__version__}.\n")
-    print(f"loss {loss.item():.6f}; step losses {step_loss}; wrote {args.out}")
+    print(f"loss {loss.item():.6f}; step losses {step_loss}; masked {masked_step_loss}; wrote {args.out}")
 
 
 if __name__ == "__main__":

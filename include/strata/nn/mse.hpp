@@ -77,7 +77,7 @@ struct mse {
     c.diff.resize(x.shape());
     y.resize(detail::vector_shape(1));
     ops_for<Space>::map(exec, n, detail::difference_fn{x.data(), targets.data(), c.diff.data()});
-    ops_for<Space>::mean(exec, n, detail::square_term{c.diff.data()}, y.data());
+    ops_for<Space>::mean(exec, n, detail::square_term{c.diff.data()}, static_cast<double>(n), y.data());
   }
 };
 

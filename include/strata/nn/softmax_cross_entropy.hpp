@@ -12,17 +12,22 @@
 namespace strata::nn {
 
 struct softmax_cross_entropy {
+  // A trainer counts this loss's labels (see detail::label_count).
+  static constexpr bool counts_labels = true;
   template <class Space = host>
   struct cache : detail::cross_entropy_cache<Space> {};
 
   // logits [..., C] and targets of the leading shape ([B] for [B, C], [B, S] for
-  // [B, S, C]) holding class ids in [0, C) -> y [1] = mean loss over rows.
+  // [B, S, C]) holding class ids in [0, C) or ignore_label -> y [1] = the sum of the
+  // rows' losses over the label count: rows, or what a trainer's context says (the
+  // labels not ignored), PyTorch's ignore_index mean.
   template <targets_context Ctx>
   void forward(Ctx& ctx, const tensor_for<Ctx>& logits, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
-    run_forward(exec_of(ctx), logits, ctx.targets(), y, c);
+    run_forward(exec_of(ctx), logits, ctx.targets(), y, c,
+                [&](std::int64_t rows) { return detail::label_count(ctx, rows); });
   }
 
-  // dx = dy[0] * (softmax(logits) - onehot(target)) / rows.
+  // dx = dy[0] * (softmax(logits) - onehot(target)) / count, 0 on ignored rows.
   template <class Ctx>
   void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
     detail::require_forward_ran(c.logits, kind, std::string());
@@ -33,21 +38,22 @@ struct softmax_cross_entropy {
     dx.resize(x.shape());
     ops_of<Ctx>::rows(exec_of(ctx), rows, classes,
                       detail::softmax_grad_rows_fn{x.data(), c.row_max.data(), c.log_sum.data(), c.target.data(),
-                                                   dy.data(), dx.data(), rows, classes, 0});
+                                                   dy.data(), dx.data(), static_cast<float>(c.count), classes, 0});
   }
 
   // The forward without a context (on the host): the loss of logits against explicit
   // targets.
   void loss(const tensor<float>& logits, const tensor<float>& targets, tensor<float>& y, cache<>& c) const {
-    run_forward(executor<host>{}, logits, targets, y, c);
+    run_forward(executor<host>{}, logits, targets, y, c, [](std::int64_t rows) { return static_cast<double>(rows); });
   }
 
  private:
   static constexpr const char* kind = "softmax_cross_entropy";
 
-  template <class Space>
+  template <class Space, class Count>
   static void run_forward(const executor<Space>& exec, const tensor<float, Space>& logits,
-                          const tensor<float, Space>& targets, tensor<float, Space>& y, cache<Space>& c) {
+                          const tensor<float, Space>& targets, tensor<float, Space>& y, cache<Space>& c,
+                          const Count& count) {
     using ops = ops_for<Space>;
     detail::require_distinct(&logits, &y, kind, std::string());
     const auto& s = logits.shape();
@@ -62,9 +68,11 @@ struct softmax_cross_entropy {
                             return strata::cat(kind, ": targets have shape ", targets.shape(), " for logits ", s,
                                                "; expected one class id per row, shape ", leading);
                           });
-    detail::require_ids(ops::check_ids(exec, rows, classes, targets.data(), c.bad_row), [&](float t, std::int64_t r) {
-      return strata::cat(kind, ": target ", t, " at row ", r, " is not a class id in [0, ", classes, ")");
-    });
+    detail::require_ids(ops::check_ids(exec, rows, classes, targets.data(), c.bad_row, true),
+                        [&](float t, std::int64_t r) {
+                          return strata::cat(kind, ": target ", t, " at row ", r, " is not a class id in [0, ", classes,
+                                             ") nor ignore_label (", ignore_label, ")");
+                        });
     c.row_max.resize(detail::vector_shape(rows));
     c.log_sum.resize(detail::vector_shape(rows));
     c.target.resize(detail::vector_shape(rows));
@@ -73,7 +81,8 @@ struct softmax_cross_entropy {
     ops::rows(exec, rows, classes,
               detail::cross_entropy_rows_fn{logits.data(), targets.data(), c.row_max.data(), c.log_sum.data(),
                                             c.target.data(), c.row_loss.data(), classes});
-    ops::mean(exec, rows, detail::row_loss_term{c.row_loss.data()}, y.data());
+    c.count = count(rows);
+    ops::mean(exec, rows, detail::row_loss_term{c.row_loss.data()}, c.count, y.data());
     c.logits = &logits;
   }
 };

@@ -128,28 +128,28 @@ __global__ void __launch_bounds__(cuda_ops_block)
 // One block: each thread sums a fixed stride of terms, CUB combines them in a fixed
 // tree. Enough for a loss (one term per row or element, read once).
 template <class Term>
-__global__ void __launch_bounds__(cuda_ops_block) mean_kernel(std::int64_t n, Term term, float* out) {
+__global__ void __launch_bounds__(cuda_ops_block) mean_kernel(std::int64_t n, Term term, double count, float* out) {
   using reduce = cub::BlockReduce<double, cuda_ops_block>;
   __shared__ typename reduce::TempStorage temp;
   double s = 0.0;
   for (std::int64_t i = threadIdx.x; i < n; i += cuda_ops_block) s += term(i);
   s = reduce(temp).Sum(s);
-  if (threadIdx.x == 0) *out = n ? static_cast<float>(s / static_cast<double>(n)) : 0.0f;
+  if (threadIdx.x == 0) *out = count != 0.0 ? static_cast<float>(s / count) : 0.0f;
 }
 
-// The host's test of an id: a whole number in [0, limit).
-__device__ inline bool is_id(float v, std::int64_t limit) {
-  return v >= 0.0f && v < static_cast<float>(limit) && v == floorf(v);
+// The host's test of an id: a whole number in [0, limit) (or ignore_label, for labels).
+__device__ inline bool is_id(float v, std::int64_t limit, bool labels) {
+  return (v >= 0.0f && v < static_cast<float>(limit) && v == floorf(v)) || (labels && v == ignore_label);
 }
 
 // The smallest position whose value is not an id goes to *first (atomicMin on an integer
 // is order-free, so the result is deterministic).
 template <int Block>
 __global__ void __launch_bounds__(Block)
-    check_ids_kernel(std::int64_t n, std::int64_t limit, const float* values, unsigned long long* first) {
+    check_ids_kernel(std::int64_t n, std::int64_t limit, const float* values, bool labels, unsigned long long* first) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * Block;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * Block + threadIdx.x; i < n; i += stride)
-    if (!is_id(values[i], limit)) atomicMin(first, static_cast<unsigned long long>(i));
+    if (!is_id(values[i], limit, labels)) atomicMin(first, static_cast<unsigned long long>(i));
 }
 
 // out[ids[t] - lo, j] += src[t, j] over tokens t in order. Thread (p, j) owns column j of
@@ -258,22 +258,23 @@ struct ops<cuda> {
   }
 
   template <class Term>
-  static void mean(const exec_type& exec, std::int64_t n, const Term& term, float* out) {
-    detail::mean_kernel<<<1, detail::cuda_ops_block, 0, exec.stream>>>(n, term, out);
+  static void mean(const exec_type& exec, std::int64_t n, const Term& term, double count, float* out) {
+    detail::mean_kernel<<<1, detail::cuda_ops_block, 0, exec.stream>>>(n, term, count, out);
     detail::check_ops_launch();
   }
 
   // Flags the first bad position on the device, then waits for the stream (through
   // wait_stream: not a hang if a peer failed) and reads it, and its value, back.
   static id_check check_ids(const exec_type& exec, std::int64_t n, std::int64_t limit, const float* values,
-                            tensor<unsigned long long, cuda>& scratch) {
+                            tensor<unsigned long long, cuda>& scratch, bool labels = false) {
     scratch.resize(detail::vector_shape(1));
     unsigned long long* first = scratch.data();
     // All bits set: larger than every position, so atomicMin finds the first.
     STRATA_CHECK_CUDA(cudaMemsetAsync(first, 0xff, sizeof(unsigned long long), exec.stream));
     if (n > 0) {
       detail::check_ids_kernel<detail::cuda_ops_block>
-          <<<detail::cuda_blocks_for_threads(n), detail::cuda_ops_block, 0, exec.stream>>>(n, limit, values, first);
+          <<<detail::cuda_blocks_for_threads(n), detail::cuda_ops_block, 0, exec.stream>>>(n, limit, values, labels,
+                                                                                           first);
       detail::check_ops_launch();
     }
     unsigned long long found = 0;

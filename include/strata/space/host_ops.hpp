@@ -137,20 +137,21 @@ struct ops<host> {
 
   // One thread, in index order: the same sum for any thread count.
   template <class Term>
-  static void mean(const exec_type&, std::int64_t n, const Term& term, float* out) {
+  static void mean(const exec_type&, std::int64_t n, const Term& term, double count, float* out) {
     double s = 0.0;
     for (std::int64_t i = 0; i < n; ++i) s += term(i);
-    *out = n ? static_cast<float>(s / static_cast<double>(n)) : 0.0f;
+    *out = count != 0.0 ? static_cast<float>(s / count) : 0.0f;
   }
 
   // A serial pass (the host reads the values where they are): throwing from inside an
   // OpenMP region would terminate the program, so checks come before threaded work.
   template <class Scratch>
-  static id_check check_ids(const exec_type&, std::int64_t n, std::int64_t limit, const float* values, Scratch&) {
+  static id_check check_ids(const exec_type&, std::int64_t n, std::int64_t limit, const float* values, Scratch&,
+                            bool labels = false) {
     const auto top = static_cast<float>(limit);
     for (std::int64_t i = 0; i < n; ++i) {
       const float v = values[i];
-      if (!(v >= 0.0f && v < top && v == std::floor(v))) [[unlikely]]
+      if (!(v >= 0.0f && v < top && v == std::floor(v)) && !(labels && v == ignore_label)) [[unlikely]]
         return {i, v};
     }
     return {};

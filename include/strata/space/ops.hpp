@@ -20,6 +20,10 @@ struct id_check {
   explicit operator bool() const noexcept { return index >= 0; }
 };
 
+// The label a loss skips (PyTorch's and Hugging Face's ignore_index): a target of -100
+// trains nothing and counts in neither the loss's sum nor its count.
+inline constexpr float ignore_label = -100.0f;
+
 // ops<Space>: the operations of one space, as static functions whose first argument is
 // the space's executor (nothing on the host; stream and cuBLAS handle on a GPU). Each
 // gives the same result in every space up to the order of its sums, and every order is
@@ -35,11 +39,13 @@ struct id_check {
 //                                      work, which decides on threads. See below.
 //   add_column_sums(exec, rows, cols, term, out)
 //       out[j] += sum over i of term(i, j), each column summed over rows in order, in double.
-//   mean(exec, n, term, out)           *out = mean of term(i) (double), 0 when n is 0.
-//   check_ids(exec, n, limit, values, scratch) -> id_check
-//       the first value that is not an id in [0, limit). It waits for the space's queued
-//       work: a bad id must throw before anything uses it. scratch (one element) is
-//       resized and used only where the values are not readable by the host.
+//   mean(exec, n, term, count, out)    *out = (sum of term(i) in double) / count, 0 when
+//                                      count is 0 (count < n where terms are masked out).
+//   check_ids(exec, n, limit, values, scratch, labels = false) -> id_check
+//       the first value that is not an id in [0, limit) (nor ignore_label, with labels).
+//       It waits for the space's queued work: a bad id must throw before anything uses
+//       it. scratch (one element) is resized and used only where the values are not
+//       readable by the host.
 //   scatter_add_rows(exec, n, d, lo, local, ids, src, out)
 //       out[ids[t] - lo, :] += src[t, :] for the ids in [lo, lo + local), in token order.
 //   fill_zero, copy, broadcast_rows (out[r, :] = row), add_into (a += b).

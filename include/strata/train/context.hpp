@@ -29,6 +29,10 @@ class context {
   void set_tp(Comm* c) noexcept { tp_ = c; }
   int micro_batch() const noexcept { return micro_batch_; }
   void set_micro_batch(int k) noexcept { micro_batch_ = k; }
+  // The labels a loss layer's mean divides by in this micro-batch (the step's labels that
+  // are not ignore_label, over micro-batches x data-parallel ranks), or -1: its rows.
+  double label_count() const noexcept { return label_count_; }
+  void set_label_count(double c) noexcept { label_count_ = c; }
   // Where the layer's work goes (empty on the host; stream and cuBLAS handle on a GPU).
   const executor<Space>& exec() const noexcept { return exec_; }
   void set_exec(const executor<Space>& e) noexcept { exec_ = e; }
@@ -37,6 +41,7 @@ class context {
   const tensor<float, Space>* targets_ = nullptr;
   Comm* tp_ = nullptr;
   int micro_batch_ = 0;
+  double label_count_ = -1;
   executor<Space> exec_{};
 };
 

@@ -71,6 +71,7 @@ struct layer_entry {
   void* (*cache_at)(void* caches, std::size_t slot) = nullptr;
   void (*forward)(void* layer, Ctx&, const tensor_t&, tensor_t&, void* cache) = nullptr;
   void (*backward)(void* layer, Ctx&, const tensor_t&, tensor_t&, void* cache) = nullptr;
+  bool counts_labels = false;  // a loss whose mean is over the labels not ignored
 
   void run_forward(Ctx& ctx, const tensor_t& x, tensor_t& y, std::size_t slot) {
     forward(layer, ctx, x, y, cache_at(caches.get(), slot));
@@ -93,6 +94,7 @@ std::vector<layer_entry<Ctx>> make_layer_table(Model& model, std::size_t slots) 
     layer_entry<Ctx> e;
     e.name = std::string(name);
     e.layer = &layer;
+    e.counts_labels = requires { L::counts_labels; };
     for_each_param(layer, [&](auto& p, std::string_view) {
       static_assert(std::is_same_v<std::remove_cvref_t<decltype(p)>, param<float>>,
                     "strata: the trainer trains param<float> (16-bit precision is a trainer policy)");

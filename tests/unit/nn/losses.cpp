@@ -134,7 +134,7 @@ TEST_CASE("softmax_cross_entropy: bad targets name the row and the class count")
   const tensor<float> x(shape{3, 4});
   ctx.t = tensor_of(shape{3}, {0, 4, 1});
   auto msg = message_of<strata::error>([&] { ce.forward(ctx, x, y, c); });
-  CHECK_CONTAINS(msg, "target 4 at row 1 is not a class id in [0, 4)");
+  CHECK_CONTAINS(msg, "target 4 at row 1 is not a class id in [0, 4) nor ignore_label (-100)");
   ctx.t = tensor_of(shape{2}, {0, 1});
   msg = message_of<strata::config_error>([&] { ce.forward(ctx, x, y, c); });
   CHECK_CONTAINS(msg, "targets have shape [2] for logits [3, 4]; expected one class id per row, shape [3]");
@@ -171,4 +171,64 @@ TEST_CASE("mse: forward, finite differences, reuse, bad targets") {
   ctx.t = tensor<float>(shape{5});
   const auto msg = message_of<strata::config_error>([&] { loss.forward(ctx, x, y, c); });
   CHECK_CONTAINS(msg, "mse: targets have shape [5], the input has [5, 3]; they must match");
+}
+
+namespace {
+// A trainer's context as the losses see it: targets and the step's label count.
+struct counted_context : context {
+  double count = -1;
+  double label_count() const { return count; }
+};
+}  // namespace
+
+TEST_CASE("cross-entropy: ignore_label rows add nothing, and a context's label count divides the sum") {
+  std::mt19937 rng(11);
+  const tensor<float> x = random_tensor(shape{4, 6}, rng, -3.0f, 3.0f);
+  const float ig = strata::ignore_label;
+  const auto t = [&] { return tensor_of(shape{4}, {2, ig, 5, ig}); };
+  // The same two labels without the ignored rows: the reference loss and gradient.
+  tensor<float> x2(shape{2, 6});
+  for (std::int64_t j = 0; j < 6; ++j) x2[j] = x[j], x2[6 + j] = x[12 + j];
+  const auto t2 = [] { return tensor_of(shape{2}, {2, 5}); };
+
+  const auto check = [&](auto& ce, auto& c, auto& c2) {
+    counted_context ctx;
+    ctx.t = t();
+    ctx.count = 2;  // two labels are not ignored
+    tensor<float> y, y2, dx, dx2;
+    ce.forward(ctx, x, y, c);
+    CHECK_REL(y[0], ce_reference(x2, t2()), 1e-6);
+    ce.backward(ctx, tensor_of(shape{1}, {0.5f}), dx, c);
+    context plain;
+    plain.t = t2();
+    ce.forward(plain, x2, y2, c2);
+    CHECK(y[0] == y2[0]);
+    ce.backward(plain, tensor_of(shape{1}, {0.5f}), dx2, c2);
+    for (std::int64_t j = 0; j < 6; ++j) {
+      CHECK(dx[j] == dx2[j]);
+      CHECK(dx[12 + j] == dx2[6 + j]);
+      CHECK(dx[6 + j] == 0.0f);
+      CHECK(dx[18 + j] == 0.0f);
+    }
+    // Without a count the mean is over all rows, the ignored ones adding 0.
+    plain.t = t();
+    ce.forward(plain, x, y, c);
+    CHECK_REL(y[0], ce_reference(x2, t2()) / 2, 1e-6);
+    // Every label ignored: loss 0, gradient 0 (no 0/0).
+    ctx.t = tensor_of(shape{4}, {ig, ig, ig, ig});
+    ctx.count = 0;
+    ce.forward(ctx, x, y, c);
+    CHECK(y[0] == 0.0f);
+    ce.backward(ctx, tensor_of(shape{1}, {1.0f}), dx, c);
+    for (float v : dx.span()) CHECK(v == 0.0f);
+    // Other negative values are still bad targets.
+    ctx.t = tensor_of(shape{4}, {2, -1, 5, ig});
+    CHECK_CONTAINS(message_of<strata::error>([&] { ce.forward(ctx, x, y, c); }),
+                   "target -1 at row 1 is not a class id in [0, 6) nor ignore_label (-100)");
+  };
+  SECTION("softmax_cross_entropy") {
+    nn::softmax_cross_entropy ce;
+    nn::softmax_cross_entropy::cache c, c2;
+    check(ce, c, c2);
+  }
 }

@@ -189,11 +189,11 @@ TEST_CASE("add_column_sums adds each column's rows in order, in double, for any 
 TEST_CASE("mean sums its terms in index order, in double; 0 for no terms") {
   std::vector<double> v{1e16, 1.0, -1e16, 3.0, 0.25};
   float out = -1.0f;
-  ops::mean(exec, static_cast<std::int64_t>(v.size()), value_term{v.data()}, &out);
+  ops::mean(exec, static_cast<std::int64_t>(v.size()), value_term{v.data()}, static_cast<double>(v.size()), &out);
   double s = 0.0;
   for (double t : v) s += t;  // in order: 1.0 is lost against 1e16
   CHECK(out == static_cast<float>(s / 5.0));
-  ops::mean(exec, 0, value_term{v.data()}, &out);
+  ops::mean(exec, 0, value_term{v.data()}, 0.0, &out);
   CHECK(out == 0.0f);
 }
 

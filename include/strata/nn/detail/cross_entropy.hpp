@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "../../core/config.hpp"
+#include "../../space/ops.hpp"
 #include "../../space/tensor.hpp"
 
 namespace strata::nn::detail {
@@ -21,10 +22,12 @@ struct cross_entropy_cache {
   tensor<double, Space> row_loss;                // [rows]: summed in a fixed order for the mean
   // Where the targets are not readable by the host: [1], for the id check on the device.
   tensor<unsigned long long, Space> bad_row;
+  double count = 0;  // what the forward's mean divided by (label_count), for backward
 };
 
 // The whole row in one pass: max, sum of exp(x - m) in double, and the row's loss
-// m - x_target + log(sum). The targets have been checked to be class ids.
+// m - x_target + log(sum), 0 for an ignored label. The targets have been checked to be
+// class ids or ignore_label.
 struct cross_entropy_rows_fn {
   const float* logits;
   const float* targets;
@@ -45,7 +48,9 @@ struct cross_entropy_rows_fn {
       row_max[r] = m;
       log_sum[r] = static_cast<float>(ls);
       target_out[r] = t;
-      row_loss[r] = (static_cast<double>(m) - static_cast<double>(xr[static_cast<std::int64_t>(t)])) + ls;
+      row_loss[r] = t == ignore_label
+                        ? 0.0
+                        : (static_cast<double>(m) - static_cast<double>(xr[static_cast<std::int64_t>(t)])) + ls;
     });
   }
 };
@@ -90,28 +95,41 @@ struct vocab_sum_rows_fn {
   }
 };
 
-// Step 3, once the sums are global: each row's log-sum and loss.
+// Step 3, once the sums are global: each row's log-sum and loss (0 for an ignored label).
 struct vocab_finish_fn {
   const float* row_max;
   const double* sums;
+  const float* target;
   float* log_sum;
   double* row_loss;
   std::int64_t rows;
   STRATA_HOST_DEVICE void operator()(std::int64_t r) const {
     const double ls = std::log(sums[r]);
     log_sum[r] = static_cast<float>(ls);
-    row_loss[r] = (static_cast<double>(row_max[r]) - sums[rows + r]) + ls;
+    row_loss[r] = target[r] == ignore_label ? 0.0 : (static_cast<double>(row_max[r]) - sums[rows + r]) + ls;
   }
 };
+
+// The count a loss of `rows` labels divides by: what the context says (a trainer counts
+// the labels that are not ignored over the whole step's batch and gives each micro-batch
+// its share, so that the step's loss is the mean over those labels), else rows.
+template <class Ctx>
+double label_count(const Ctx& ctx, std::int64_t rows) {
+  if constexpr (requires { ctx.label_count(); }) {
+    if (const double c = ctx.label_count(); c >= 0.0) return c;
+  }
+  return static_cast<double>(rows);
+}
 
 struct row_loss_term {
   const double* row_loss;
   STRATA_HOST_DEVICE double operator()(std::int64_t i) const { return row_loss[i]; }
 };
 
-// dx = dy[0] / rows * (softmax(x) - onehot(target)) on vocabulary columns [lo, lo +
-// classes) (lo = 0 for the whole row), with dy read where it is: on a GPU the loss scale
-// stays on the device. The target is compared, never used as an index.
+// dx = dy[0] / count * (softmax(x) - onehot(target)) on vocabulary columns [lo, lo +
+// classes) (lo = 0 for the whole row), 0 on a row whose label is ignored, with dy read
+// where it is: on a GPU the loss scale stays on the device. The target is compared,
+// never used as an index.
 struct softmax_grad_rows_fn {
   const float* logits;
   const float* row_max;
@@ -119,12 +137,17 @@ struct softmax_grad_rows_fn {
   const float* target;
   const float* dy;
   float* dx;
-  std::int64_t rows, classes, lo;
+  float count;  // the labels the loss is the mean over (see label_count)
+  std::int64_t classes, lo;
   template <class Row>
   STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
-    const float scale = dy[0] / static_cast<float>(rows);
-    const float* xr = logits + r * classes;
     float* dr = dx + r * classes;
+    if (target[r] == ignore_label) {
+      row.for_each(classes, [&](std::int64_t j) { dr[j] = 0.0f; });
+      return;
+    }
+    const float scale = dy[0] / count;
+    const float* xr = logits + r * classes;
     const float m = row_max[r], l = log_sum[r];
     const std::int64_t t = static_cast<std::int64_t>(target[r]) - lo;
     row.for_each(classes, [&](std::int64_t j) {

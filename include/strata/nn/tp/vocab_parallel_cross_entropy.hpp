@@ -14,11 +14,14 @@
 namespace strata::nn {
 
 // The logits are what a column_parallel_linear head without gather_output produces. The
-// loss is the mean over rows of log sum_j exp(x_j) - x_target. Forward all-reduces the row
+// loss is the mean over labels of log sum_j exp(x_j) - x_target (ignore_label rows add
+// nothing; the count is rows or the trainer's, as in softmax_cross_entropy). Forward all-reduces the row
 // maxima, then the sums of exponentials with the target logits (one packed all-reduce);
-// backward is local: dx = dy[0] / rows * (softmax - onehot) on this rank's columns. With
+// backward is local: dx = dy[0] / count * (softmax - onehot) on this rank's columns. With
 // tp_size 1 it gives nn::softmax_cross_entropy's bits.
 struct vocab_parallel_cross_entropy {
+  // A trainer counts this loss's labels (see detail::label_count).
+  static constexpr bool counts_labels = true;
   std::int64_t vocab = 0;  // the full vocabulary
   int tp_rank = 0, tp_size = 1;
 
@@ -50,9 +53,11 @@ struct vocab_parallel_cross_entropy {
     const auto exec = exec_of(ctx);
     // Every tensor rank has the same targets, so a bad one throws on all of them before
     // any collective.
-    detail::require_ids(ops::check_ids(exec, rows, vocab, targets.data(), c.bad_row), [&](float t, std::int64_t r) {
-      return strata::cat(kind, ": target ", t, " at row ", r, " is not a class id in [0, ", vocab, ")");
-    });
+    detail::require_ids(ops::check_ids(exec, rows, vocab, targets.data(), c.bad_row, true),
+                        [&](float t, std::int64_t r) {
+                          return strata::cat(kind, ": target ", t, " at row ", r, " is not a class id in [0, ", vocab,
+                                             ") nor ignore_label (", ignore_label, ")");
+                        });
     c.row_max.resize(detail::vector_shape(rows));
     c.log_sum.resize(detail::vector_shape(rows));
     c.target.resize(detail::vector_shape(rows));
@@ -68,8 +73,10 @@ struct vocab_parallel_cross_entropy {
         detail::vocab_sum_rows_fn{logits.data(), c.row_max.data(), c.target.data(), c.sums.data(), rows, classes, lo});
     if (dist) detail::tp_all_reduce(ctx, c.sums.span());
     ops::map(exec, rows,
-             detail::vocab_finish_fn{c.row_max.data(), c.sums.data(), c.log_sum.data(), c.row_loss.data(), rows});
-    ops::mean(exec, rows, detail::row_loss_term{c.row_loss.data()}, y.data());
+             detail::vocab_finish_fn{c.row_max.data(), c.sums.data(), c.target.data(), c.log_sum.data(),
+                                     c.row_loss.data(), rows});
+    c.count = detail::label_count(ctx, rows);
+    ops::mean(exec, rows, detail::row_loss_term{c.row_loss.data()}, c.count, y.data());
     c.logits = &logits;
   }
 
@@ -84,7 +91,7 @@ struct vocab_parallel_cross_entropy {
     dx.resize(x.shape());
     ops_of<Ctx>::rows(exec_of(ctx), rows, classes,
                       detail::softmax_grad_rows_fn{x.data(), c.row_max.data(), c.log_sum.data(), c.target.data(),
-                                                   dy.data(), dx.data(), rows, classes, lo});
+                                                   dy.data(), dx.data(), static_cast<float>(c.count), classes, lo});
   }
 
  private:

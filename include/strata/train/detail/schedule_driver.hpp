@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <optional>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "../../comm/reduce_op.hpp"
@@ -13,6 +14,7 @@
 #include "../../core/error.hpp"
 #include "../../parallel/bucket_plan.hpp"
 #include "../../parallel/pipeline.hpp"
+#include "../../space/ops.hpp"
 #include "../batch.hpp"
 #include "../layer_table.hpp"
 #include "../options.hpp"
@@ -73,6 +75,7 @@ class schedule_driver {
   // Forward and backward of every micro-batch in the schedule's order; gradients are
   // seeded with scale / micro-batches. Returns once every send has left.
   void run(const batch<Space>& b, float scale) {
+    count_labels(b);
     idle_ = 0;
     bool first_backward = true;
     int free_slot = 0;
@@ -98,6 +101,7 @@ class schedule_driver {
 
   // Forward only, every micro-batch in slot 0.
   void run_forward(const batch<Space>& b) {
+    count_labels(b);
     for (int m = 0; m < opts_.micro_batches; ++m) forward_micro_batch(b, m, 0);
     for (auto& s : sends_) s.wait();
   }
@@ -133,6 +137,26 @@ class schedule_driver {
   int pp_size() const { return grid_.pp_size(); }
   bool is_first_stage() const { return pp_rank() == 0; }
   bool is_last_stage() const { return pp_rank() == pp_size() - 1; }
+
+  // A loss over labels (cross-entropy) is the mean over the step's labels that are not
+  // ignore_label, on every data-parallel rank and micro-batch together: each micro-batch
+  // divides its sum by count / (micro-batches x dp), which the mean over micro-batches
+  // and the gradient average over ranks then undo. Without ignored labels that is the
+  // micro-batch's rows, as before; with them, uneven masks weigh every label the same.
+  void count_labels(const batch<Space>& b) {
+    if (!is_last_stage() || !table_[params_.end_layer - 1].counts_labels) return;
+    const std::size_t n = b.targets.numel();
+    const float* t = b.targets.data();
+    if constexpr (!std::is_same_v<Space, host>) {
+      labels_host_.resize(n);
+      dev_.eng->download(labels_host_.data(), t, n);
+      t = labels_host_.data();
+    }
+    double count = 0;
+    for (std::size_t i = 0; i < n; ++i) count += t[i] != ignore_label ? 1.0 : 0.0;
+    grid_.data().all_reduce(std::span<double>(&count, 1), reduce_op::sum);
+    ctx_.set_label_count(count / (static_cast<double>(opts_.micro_batches) * grid_.dp_size()));
+  }
 
   int next_free_slot(int taken) {
     if (in_use_.size() != acts_.size()) in_use_.assign(acts_.size(), false);
@@ -213,6 +237,7 @@ class schedule_driver {
   ctx_t ctx_;
   buffer<float, Space> loss_slots_;          // the last stage's loss per micro-batch
   std::vector<float> loss_host_;             // and its copy on the host
+  std::vector<float> labels_host_;           // a device batch's targets, to count labels
   std::vector<std::vector<tensor_t>> acts_;  // [slot][layer boundary]
   std::vector<tensor_t> dacts_;
   std::vector<pending_send> sends_;  // per slot: its output on the way forward
