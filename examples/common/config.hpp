@@ -21,22 +21,63 @@ struct config_choice {
   }
 };
 
+// The options a file's "auto" can take from the command line (through config_auto_values).
+inline bool option_fills_auto(const std::string& option) {
+  for (const char* k : {"lr", "clip", "batch", "micro-batches", "precision"})
+    if (option == k) return true;
+  return false;
+}
+
+// The Trainer's mismatch check, for the options given: each must agree with what the run
+// uses, which it does when it filled an "auto" (the program passed its value on in `v`)
+// or the file says the same.
+inline void check_options_agree(args& a, const std::string& path, const strata::run_config& c,
+                                const strata::config_auto_values& v) {
+  auto agree = [&](const char* opt, bool passed_on, bool same, const char* key, const auto& file, const auto& cli) {
+    if (!a.has(opt) || (passed_on && same)) return;
+    if (!passed_on)
+      throw strata::config_error(strata::cat("--", opt, " conflicts with --config ", path,
+                                             ": the config file decides it (edit the file instead)"));
+    throw strata::config_error(strata::cat("--", opt, " ", cli, " conflicts with --config ", path, ", whose ", key,
+                                           " is ", file, " (write \"auto\" there to take --", opt, ")"));
+  };
+  const float lr = static_cast<float>(v.lr.value_or(0.0));
+  agree("lr", v.lr.has_value(), c.lr == lr, "optimizer.params.lr", c.lr, lr);
+  if (c.scheduler == "WarmupLR" || c.scheduler == "WarmupDecayLR")
+    agree("lr", v.lr.has_value(), static_cast<float>(c.schedule.warmup_max_lr) == lr, "scheduler.params.warmup_max_lr",
+          c.schedule.warmup_max_lr, lr);
+  const float clip = static_cast<float>(v.max_grad_norm);
+  agree("clip", true, c.gradient_clipping == clip, "gradient_clipping", c.gradient_clipping, clip);
+  const auto& b = *c.batch;
+  agree("batch", v.train_batch_size.has_value(), b.train_batch_size == v.train_batch_size.value_or(0),
+        "train_batch_size", b.train_batch_size, v.train_batch_size.value_or(0));
+  agree("micro-batches", v.gradient_accumulation_steps.has_value(),
+        b.gradient_accumulation_steps == v.gradient_accumulation_steps.value_or(0), "gradient_accumulation_steps",
+        b.gradient_accumulation_steps, v.gradient_accumulation_steps.value_or(0));
+  agree("precision", true, c.precision() == v.precision, "precision (fp16.enabled, bf16.enabled)", c.precision(),
+        v.precision);
+}
+
 // Reads --config when given and fills the policies, options and global batch from it.
 // Options the config decides may not also be given on the command line. `grid_sizes`
 // (tensor, pipeline) take the config's strata section; without it (a data-parallel-only
-// program) the config must not ask for tensor or pipeline parallelism.
+// program) the config must not ask for tensor or pipeline parallelism. `autos` (what the
+// command line and the model say, in the Hugging Face Trainer's terms) fill the file's
+// "auto" values first; then --lr, --clip, --batch, --micro-batches and --precision may be
+// given (the program passes their values on in `autos`) as long as the run uses what
+// they say: they filled an "auto", or the file gives the same value.
 inline config_choice apply_config(args& a, const char* program, int rank, int world_size, strata::runtime_policies& pol,
                                   strata::trainer_options& opts, long& global_batch, int* tp = nullptr,
-                                  int* pp = nullptr) {
+                                  int* pp = nullptr, const strata::config_auto_values* autos = nullptr) {
   config_choice c;
   const std::string path = a.str("config", "");
   if (path.empty()) return c;
   for (const char* k : {"zero", "offload", "precision", "optimizer", "lr", "clip", "batch", "micro-batches", "bucket",
                         "schedule", "tp", "pp"})
-    if (a.has(k))
+    if (a.has(k) && !(autos && option_fills_auto(k)))
       throw strata::config_error(std::string("--") + k + " conflicts with --config " + path +
                                  ": the config file decides it (edit the file instead)");
-  c.cfg = strata::load_config(path);
+  c.cfg = strata::load_config(path, autos);
   if (auto w = strata::unknown_keys_warning(*c.cfg); !w.empty() && rank == 0)
     std::fprintf(stderr, "%s: warning: %s\n", program, w.c_str());
   const int t = c.cfg->tensor_parallel_size, p = c.cfg->pipeline_parallel_size;
@@ -51,6 +92,7 @@ inline config_choice apply_config(args& a, const char* program, int rank, int wo
            std::to_string(world_size) + " processes";
   });
   c.cfg->resolve(world_size / (t * p));
+  if (autos) check_options_agree(a, path, *c.cfg, *autos);
   pol = strata::to_runtime_policies(*c.cfg);
   pol.schedule = c.cfg->pipeline_schedule;
   const auto seed = opts.seed;
@@ -58,6 +100,17 @@ inline config_choice apply_config(args& a, const char* program, int rank, int wo
   if (!c.cfg->seed) opts.seed = seed;
   global_batch = c.cfg->batch->train_batch_size;
   return c;
+}
+
+// On rank 0, prints the config the run uses (strata::resolved_config_json, one line) and
+// the keys whose "auto" the program filled; nothing without --config.
+inline void print_resolved_config(const config_choice& c, const char* program, int rank, std::FILE* out = stdout) {
+  if (!c.cfg || rank != 0) return;
+  std::fprintf(out, "%s: config: %s\n", program, strata::resolved_config_json(*c.cfg).dump().c_str());
+  if (c.cfg->auto_filled.empty()) return;
+  std::string keys;
+  for (const auto& k : c.cfg->auto_filled) keys += (keys.empty() ? "" : ", ") + k;
+  std::fprintf(out, "%s: config: \"auto\" filled by the program: %s\n", program, keys.c_str());
 }
 
 }  // namespace examples

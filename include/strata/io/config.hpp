@@ -2,6 +2,7 @@
 // read into a run_config: plain data, which train/from_config.hpp maps onto the trainer.
 #pragma once
 #include <algorithm>
+#include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -23,6 +24,7 @@
 #include "../optim/schedule.hpp"
 #include "../optim/sgd.hpp"
 #include "../parallel/bucket_plan.hpp"
+#include "config_auto.hpp"
 #include "detail/json_reader.hpp"
 
 namespace strata {
@@ -31,13 +33,14 @@ namespace strata {
 // reduce_bucket_size, which keeps strata's (DeepSpeed's 5e8 elements would be a 2 GB
 // fp32 buffer per rank).
 //
-// "auto" (the Hugging Face Trainer's placeholder): for train_batch_size,
+// "auto" (the Hugging Face Trainer's placeholder): given the program's
+// config_auto_values (io/config_auto.hpp), parse_config and load_config first fill it as
+// the Trainer does. What is still "auto" then: for train_batch_size,
 // train_micro_batch_size_per_gpu and gradient_accumulation_steps it means "not given"
 // and resolve() derives it as DeepSpeed does; for reduce_bucket_size,
-// stage3_prefetch_bucket_size and stage3_param_persistence_threshold (which Trainer
-// derives from the model's hidden size, and which change speed, never results) it
-// keeps the default; anywhere else it is a config_error, since only the Trainer knows
-// the value meant.
+// stage3_prefetch_bucket_size and stage3_param_persistence_threshold (which change
+// speed, never results) it keeps the default; anywhere else it is a config_error, since
+// only the program knows the value meant.
 struct run_config {
   // As given (nullopt = absent or "auto"); resolve() fills `batch`.
   std::optional<long> train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps;
@@ -80,6 +83,8 @@ struct run_config {
 
   // Keys strata read but does not use, as dotted paths, sorted.
   std::vector<std::string> unknown_keys;
+  // Keys the file left "auto" that were filled from the program's config_auto_values, sorted.
+  std::vector<std::string> auto_filled;
 
   std::string precision() const { return fp16 ? "fp16" : bf16 ? "bf16" : "fp32"; }
 
@@ -264,7 +269,9 @@ inline void read_scheduler(json_reader& root, run_config& c) {
   c.scheduler = *type;
   json_reader p = child(s, "params");
   constexpr long long big = std::numeric_limits<long>::max();
-  const long warmup = static_cast<long>(p.integer("warmup_num_steps", 1, big).value_or(1000));
+  // DeepSpeed takes 0 (the Trainer's default warmup) and warms up over max(2, N) steps,
+  // so 0 is 1 for lr_schedule, which wants N >= 1.
+  const long warmup = std::max(1L, static_cast<long>(p.integer("warmup_num_steps", 0, big).value_or(1000)));
   lr_schedule::warmup_curve curve = lr_schedule::warmup_curve::log;
   if (auto w = p.one_of("warmup_type", {"log", "linear"})) curve = lr_schedule::parse_warmup_type(*w);
   auto total = [&] {
@@ -304,8 +311,11 @@ inline void read_strata(json_reader& root, run_config& c) {
 }  // namespace detail
 
 // Parses a config from JSON text; `source` begins every message (a file name, or
-// "config"). Throws config_error naming the key path and what was expected.
-inline run_config parse_config(std::string_view text, const std::string& source = "config") {
+// "config"). Throws config_error naming the key path and what was expected. With
+// `autos`, the "auto" values they resolve are filled first (io/config_auto.hpp); a value
+// the file gives always wins over the program's.
+inline run_config parse_config(std::string_view text, const std::string& source = "config",
+                               const config_auto_values* autos = nullptr) {
   nlohmann::json root;
   try {
     root = nlohmann::json::parse(text);
@@ -318,6 +328,10 @@ inline run_config parse_config(std::string_view text, const std::string& source 
     throw config_error(
         strata::cat(source, ": the top level must be a JSON object, got ", detail::json_reader::show(root)));
   run_config c;
+  if (autos) {
+    detail::fill_auto(root, *autos, source, c.auto_filled);
+    std::sort(c.auto_filled.begin(), c.auto_filled.end());
+  }
   {
     detail::json_reader r(root, source, "", &c.unknown_keys);
     detail::read_batch(r, c);
@@ -332,13 +346,13 @@ inline run_config parse_config(std::string_view text, const std::string& source 
 }
 
 // Reads and parses a config file; messages begin with its path.
-inline run_config load_config(const std::filesystem::path& path) {
+inline run_config load_config(const std::filesystem::path& path, const config_auto_values* autos = nullptr) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw config_error(strata::cat(path.string(), ": cannot open the config file"));
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) throw config_error(strata::cat(path.string(), ": cannot read the config file"));
-  return parse_config(ss.str(), path.string());
+  return parse_config(ss.str(), path.string(), autos);
 }
 
 // One line listing the keys strata ignored, or "" when there are none.
@@ -348,6 +362,106 @@ inline std::string unknown_keys_warning(const run_config& c) {
                               " strata does not use: ");
   for (std::size_t i = 0; i < c.unknown_keys.size(); ++i) s += (i ? ", " : "") + c.unknown_keys[i];
   return s;
+}
+
+namespace detail {
+
+// A float as the shortest decimal that reads back as it: 3e-4f shows as 0.0003, not as
+// the double it widens to (0.000300000014...).
+inline double shortest(float f) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, f);
+  double d = f;
+  std::from_chars(buf, r.ptr, d);  // both locale-independent, unlike printf / strtod
+  return d;
+}
+
+}  // namespace detail
+
+// The config strata runs, in DeepSpeed's layout: every key it reads with the value it
+// uses (defaults and filled "auto" included; the batch sizes as resolve() completed them
+// once it has run). parse_config reads it back to the same settings.
+inline nlohmann::json resolved_config_json(const run_config& c) {
+  using detail::shortest;
+  using nlohmann::json;
+  json j = json::object();
+  if (c.batch) {
+    j["train_batch_size"] = c.batch->train_batch_size;
+    j["train_micro_batch_size_per_gpu"] = c.batch->micro_batch_size;
+    j["gradient_accumulation_steps"] = c.batch->gradient_accumulation_steps;
+  } else {
+    if (c.train_batch_size) j["train_batch_size"] = *c.train_batch_size;
+    if (c.train_micro_batch_size_per_gpu) j["train_micro_batch_size_per_gpu"] = *c.train_micro_batch_size_per_gpu;
+    if (c.gradient_accumulation_steps) j["gradient_accumulation_steps"] = *c.gradient_accumulation_steps;
+  }
+  j["gradient_clipping"] = shortest(c.gradient_clipping);
+  j["steps_per_print"] = c.steps_per_print;
+
+  json& z = j["zero_optimization"];
+  z["stage"] = c.zero_stage;
+  z["offload_optimizer"]["device"] = c.offload_optimizer ? "cpu" : "none";
+  z["reduce_bucket_size"] = c.reduce_bucket_size;
+  z["stage3_prefetch_bucket_size"] = c.stage3_prefetch_bucket_size;
+  z["stage3_param_persistence_threshold"] = c.stage3_param_persistence_threshold;
+  z["overlap_comm"] = c.overlap_comm;
+
+  json& f = j["fp16"];
+  const auto& ls = c.loss_scaler;
+  f["enabled"] = c.fp16;
+  f["loss_scale"] = shortest(ls.loss_scale);
+  f["initial_scale_power"] = ls.initial_scale_power;
+  f["loss_scale_window"] = ls.loss_scale_window;
+  f["hysteresis"] = ls.hysteresis;
+  f["consecutive_hysteresis"] = ls.consecutive_hysteresis;
+  f["min_loss_scale"] = shortest(ls.min_loss_scale);
+  j["bf16"]["enabled"] = c.bf16;
+
+  json& o = j["optimizer"];
+  json& op = o["params"];
+  op["lr"] = shortest(c.lr);
+  if (c.optimizer == "sgd") {
+    o["type"] = "SGD";
+    op["momentum"] = shortest(c.sgd_params.momentum);
+    op["dampening"] = shortest(c.sgd_params.dampening);
+    op["weight_decay"] = shortest(c.sgd_params.weight_decay);
+    op["nesterov"] = c.sgd_params.nesterov;
+  } else if (c.optimizer == "lion") {
+    o["type"] = "Lion";
+    op["betas"] = json::array({shortest(c.lion_params.beta1), shortest(c.lion_params.beta2)});
+    op["weight_decay"] = shortest(c.lion_params.weight_decay);
+  } else {
+    const auto& a = c.adamw_params;
+    o["type"] = "AdamW";
+    op["betas"] = json::array({shortest(a.beta1), shortest(a.beta2)});
+    op["eps"] = shortest(a.eps);
+    op["weight_decay"] = shortest(a.weight_decay);
+    op["bias_correction"] = a.bias_correction;
+  }
+
+  if (!c.scheduler.empty()) {
+    const auto& sc = c.schedule;
+    json& s = j["scheduler"];
+    json& sp = s["params"];
+    s["type"] = c.scheduler;
+    sp["warmup_num_steps"] = sc.warmup_num_steps;
+    sp["warmup_type"] = sc.warmup_type == lr_schedule::warmup_curve::linear ? "linear" : "log";
+    if (c.scheduler == "WarmupCosineLR") {
+      sp["warmup_min_ratio"] = sc.warmup_min_ratio;
+      sp["cos_min_ratio"] = sc.cos_min_ratio;
+    } else {
+      sp["warmup_min_lr"] = sc.warmup_min_lr;
+      sp["warmup_max_lr"] = sc.warmup_max_lr;
+    }
+    if (c.scheduler != "WarmupLR") sp["total_num_steps"] = sc.total_num_steps;
+  }
+
+  json& st = j["strata"];
+  st["tensor_parallel_size"] = c.tensor_parallel_size;
+  st["pipeline_parallel_size"] = c.pipeline_parallel_size;
+  st["pipeline_schedule"] = c.pipeline_schedule;
+  st["seed"] = c.seed;
+  st["rounding"] = c.rounding == rounding::stochastic ? "stochastic" : "nearest_even";
+  return j;
 }
 
 }  // namespace strata

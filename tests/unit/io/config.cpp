@@ -1,15 +1,21 @@
 // DeepSpeed configs: every supported key lands in its field; batch sizes derive as
-// DeepSpeed derives them; each malformed config in tests/data/configs/bad_*.json fails
-// with its exact message. (tests/unit/train/from_config.cpp: the mapping onto the trainer.)
+// DeepSpeed derives them; Hugging Face's "auto" is filled from the program's values as the
+// Trainer fills it; resolved_config_json reads back to the same settings; each malformed
+// config in tests/data/configs/bad_*.json fails with its exact message.
+// (tests/unit/train/from_config.cpp: the mapping onto the trainer.)
 #include "strata/io/config.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <typeinfo>
+#include <utility>
+#include <vector>
 
 #include "support.hpp"
 
 using io_test::error_of;
+using strata::config_auto_values;
 using strata::config_error;
 using strata::parse_config;
 using strata::run_config;
@@ -29,6 +35,76 @@ void check_same_schedule(const strata::lr_schedule& a, const strata::lr_schedule
   CHECK(a.warmup_num_steps == b.warmup_num_steps);
   CHECK(a.total_num_steps == b.total_num_steps);
   for (long k : {0L, 1L, 7L, 50L, 99L, 100L, 101L, 500L, 999L, 1000L, 5000L}) CHECK(a.lr(k) == b.lr(k));
+}
+
+// What a program knows, as the Hugging Face Trainer would have it: its command line (lr,
+// weight decay, warmup, steps, micro batch and accumulation, precision) and the model's
+// hidden size (Qwen2.5-0.5B's); betas, eps and max_grad_norm keep the Trainer's defaults.
+config_auto_values program_values() {
+  config_auto_values v;
+  v.lr = 3e-4;
+  v.weight_decay = 0.01;
+  v.warmup_steps = 100;
+  v.total_steps = 1000;
+  v.micro_batch_size = 4;
+  v.gradient_accumulation_steps = 2;
+  v.precision = "bf16";
+  v.hidden_size = 896;
+  return v;
+}
+
+std::string auto_error_of(const std::string& text, const config_auto_values& v) {
+  return error_of<config_error>([&] { parse_config(text, "config", &v); });
+}
+
+// The same settings, field by field (the batch sizes as resolved).
+void check_same_settings(const run_config& a, const run_config& b) {
+  REQUIRE(a.batch);
+  REQUIRE(b.batch);
+  CHECK(a.batch->train_batch_size == b.batch->train_batch_size);
+  CHECK(a.batch->micro_batch_size == b.batch->micro_batch_size);
+  CHECK(a.batch->gradient_accumulation_steps == b.batch->gradient_accumulation_steps);
+  CHECK(a.zero_stage == b.zero_stage);
+  CHECK(a.offload_optimizer == b.offload_optimizer);
+  CHECK(a.reduce_bucket_size == b.reduce_bucket_size);
+  CHECK(a.stage3_prefetch_bucket_size == b.stage3_prefetch_bucket_size);
+  CHECK(a.stage3_param_persistence_threshold == b.stage3_param_persistence_threshold);
+  CHECK(a.overlap_comm == b.overlap_comm);
+  CHECK(a.precision() == b.precision());
+  CHECK(a.loss_scaler.loss_scale == b.loss_scaler.loss_scale);
+  CHECK(a.loss_scaler.initial_scale_power == b.loss_scaler.initial_scale_power);
+  CHECK(a.loss_scaler.loss_scale_window == b.loss_scaler.loss_scale_window);
+  CHECK(a.loss_scaler.hysteresis == b.loss_scaler.hysteresis);
+  CHECK(a.loss_scaler.consecutive_hysteresis == b.loss_scaler.consecutive_hysteresis);
+  CHECK(a.loss_scaler.min_loss_scale == b.loss_scaler.min_loss_scale);
+  CHECK(a.gradient_clipping == b.gradient_clipping);
+  CHECK(a.optimizer == b.optimizer);
+  CHECK(a.lr == b.lr);
+  CHECK(a.adamw_params.beta1 == b.adamw_params.beta1);
+  CHECK(a.adamw_params.beta2 == b.adamw_params.beta2);
+  CHECK(a.adamw_params.eps == b.adamw_params.eps);
+  CHECK(a.adamw_params.weight_decay == b.adamw_params.weight_decay);
+  CHECK(a.adamw_params.bias_correction == b.adamw_params.bias_correction);
+  CHECK(a.sgd_params.momentum == b.sgd_params.momentum);
+  CHECK(a.sgd_params.dampening == b.sgd_params.dampening);
+  CHECK(a.sgd_params.weight_decay == b.sgd_params.weight_decay);
+  CHECK(a.sgd_params.nesterov == b.sgd_params.nesterov);
+  CHECK(a.lion_params.beta1 == b.lion_params.beta1);
+  CHECK(a.lion_params.beta2 == b.lion_params.beta2);
+  CHECK(a.lion_params.weight_decay == b.lion_params.weight_decay);
+  CHECK(a.scheduler == b.scheduler);
+  CHECK(a.schedule.base_lr == b.schedule.base_lr);
+  CHECK(a.schedule.warmup_min_lr == b.schedule.warmup_min_lr);
+  CHECK(a.schedule.warmup_max_lr == b.schedule.warmup_max_lr);
+  CHECK(a.schedule.warmup_min_ratio == b.schedule.warmup_min_ratio);
+  CHECK(a.schedule.cos_min_ratio == b.schedule.cos_min_ratio);
+  check_same_schedule(a.schedule, b.schedule);
+  CHECK(a.steps_per_print == b.steps_per_print);
+  CHECK(a.tensor_parallel_size == b.tensor_parallel_size);
+  CHECK(a.pipeline_parallel_size == b.pipeline_parallel_size);
+  CHECK(a.pipeline_schedule == b.pipeline_schedule);
+  CHECK(a.seed == b.seed);
+  CHECK(a.rounding == b.rounding);
 }
 
 }  // namespace
@@ -116,7 +192,7 @@ TEST_CASE("defaults: DeepSpeed's where it has them") {
   CHECK(parse_config(R"({"train_batch_size": 8, "gradient_clipping": null})").gradient_clipping == 0.0f);
 }
 
-TEST_CASE("Hugging Face style \"auto\": batch sizes derived, bucket sizes defaulted, the rest refused") {
+TEST_CASE("\"auto\" without the program's values: batch sizes derived, bucket sizes defaulted, the rest refused") {
   run_config c = strata::load_config(configs / "hf_auto.json");
   CHECK_FALSE(c.train_batch_size);
   CHECK_FALSE(c.gradient_accumulation_steps);
@@ -137,6 +213,225 @@ TEST_CASE("Hugging Face style \"auto\": batch sizes derived, bucket sizes defaul
         "needs a value here");
   CHECK(config_error_of(R"({"train_batch_size": 8, "gradient_clipping": "auto"})")
             .rfind("config: gradient_clipping is \"auto\"", 0) == 0);
+}
+
+TEST_CASE("Hugging Face's ZeRO-2 template: each \"auto\" filled from the program's values as the Trainer does") {
+  const config_auto_values v = program_values();
+  run_config c = strata::load_config(configs / "hf_zero2_auto.json", &v);
+  CHECK(c.auto_filled == std::vector<std::string>{"bf16.enabled", "fp16.enabled", "gradient_accumulation_steps",
+                                                  "gradient_clipping", "optimizer.params.betas", "optimizer.params.eps",
+                                                  "optimizer.params.lr", "optimizer.params.weight_decay",
+                                                  "scheduler.params.warmup_max_lr", "scheduler.params.warmup_min_lr",
+                                                  "scheduler.params.warmup_num_steps", "train_micro_batch_size_per_gpu",
+                                                  "zero_optimization.reduce_bucket_size"});
+  // train_batch_size: the program gives no global batch, so resolve() derives it as the
+  // Trainer computes it, micro batch * accumulation * data-parallel size.
+  CHECK_FALSE(c.train_batch_size);
+  CHECK(c.train_micro_batch_size_per_gpu == 4);
+  CHECK(c.gradient_accumulation_steps == 2);
+  const auto& b = c.resolve(4);
+  CHECK(b.train_batch_size == 32);
+  CHECK(b.micro_batch_size == 4);
+  CHECK(b.gradient_accumulation_steps == 2);
+
+  CHECK(c.gradient_clipping == 1.0f);  // max_grad_norm, the Trainer's default
+  CHECK(c.optimizer == "adamw");
+  CHECK(c.lr == 3e-4f);
+  CHECK(c.adamw_params.beta1 == 0.9f);
+  CHECK(c.adamw_params.beta2 == 0.999f);
+  CHECK(c.adamw_params.eps == 1e-8f);
+  CHECK(c.adamw_params.weight_decay == 0.01f);
+  CHECK(c.scheduler == "WarmupLR");
+  CHECK(c.schedule.warmup_min_lr == 0.0);
+  CHECK(c.schedule.warmup_max_lr == 3e-4);
+  check_same_schedule(c.schedule, strata::lr_schedule::linear_warmup(0.0, 3e-4, 100));
+  CHECK(c.precision() == "bf16");
+  CHECK_FALSE(c.fp16);
+  CHECK(c.loss_scaler.loss_scale_window == 1000);
+
+  CHECK(c.zero_stage == 2);
+  CHECK(c.offload_optimizer);
+  CHECK(c.overlap_comm);
+  CHECK(c.reduce_bucket_size == 896 * 896);
+  // Stage-3 keys absent: their defaults.
+  CHECK(c.stage3_prefetch_bucket_size == 50'000'000);
+  CHECK(c.stage3_param_persistence_threshold == 100'000);
+  CHECK(c.steps_per_print == 2000);
+  CHECK(c.unknown_keys ==
+        std::vector<std::string>{"wall_clock_breakdown", "zero_optimization.allgather_bucket_size",
+                                 "zero_optimization.allgather_partitions", "zero_optimization.contiguous_gradients",
+                                 "zero_optimization.offload_optimizer.pin_memory", "zero_optimization.reduce_scatter"});
+
+  // Without the program's values the template stops at the first key only it can fill.
+  const auto path = configs / "hf_zero2_auto.json";
+  CHECK(error_of<config_error>([&] { strata::load_config(path); }) ==
+        path.string() +
+            ": gradient_clipping is \"auto\", which the Hugging Face Trainer replaces before DeepSpeed sees it; "
+            "strata needs a value here");
+}
+
+// The file is the Hugging Face docs' ZeRO-3 template with WarmupDecayLR, except
+// offload_param: "none" where the docs say "cpu" (strata offloads the optimizer state,
+// not parameters).
+TEST_CASE("Hugging Face's ZeRO-3 template: bucket sizes from the hidden size, a global batch from the program") {
+  config_auto_values v = program_values();
+  v.precision = "fp16";
+  v.micro_batch_size.reset();  // a program that takes the global batch (--batch 64) instead
+  v.train_batch_size = 64;
+  v.max_grad_norm = 0.5;
+  run_config c = strata::load_config(configs / "hf_zero3_auto.json", &v);
+  CHECK(c.train_batch_size == 64);
+  CHECK_FALSE(c.train_micro_batch_size_per_gpu);
+  const auto& b = c.resolve(4);
+  CHECK(b.micro_batch_size == 8);  // derived: 64 / (2 * 4)
+  CHECK(b.gradient_accumulation_steps == 2);
+
+  CHECK(c.zero_stage == 3);
+  CHECK(c.offload_optimizer);
+  CHECK(c.reduce_bucket_size == 802'816);                // hidden^2
+  CHECK(c.stage3_prefetch_bucket_size == 722'534);       // int(0.9 * hidden^2)
+  CHECK(c.stage3_param_persistence_threshold == 8'960);  // 10 * hidden
+  CHECK(c.precision() == "fp16");
+  CHECK(c.loss_scaler.loss_scale == 0.0f);
+  CHECK(c.loss_scaler.initial_scale_power == 16);
+  CHECK(c.loss_scaler.hysteresis == 2);
+  CHECK(c.loss_scaler.min_loss_scale == 1.0f);
+  CHECK(c.gradient_clipping == 0.5f);
+  CHECK(c.lr == 3e-4f);
+  CHECK(c.scheduler == "WarmupDecayLR");
+  check_same_schedule(c.schedule, strata::lr_schedule::warmup_decay(0.0, 3e-4, 100, 1000));
+  CHECK(std::find(c.auto_filled.begin(), c.auto_filled.end(), "scheduler.params.total_num_steps") !=
+        c.auto_filled.end());
+  CHECK(std::find(c.auto_filled.begin(), c.auto_filled.end(), "train_micro_batch_size_per_gpu") ==
+        c.auto_filled.end());  // left to resolve()
+}
+
+TEST_CASE("\"auto\" filled: a value the file gives wins over the program's") {
+  const config_auto_values v = program_values();
+  const run_config c = parse_config(R"({"train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0.25,
+      "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "betas": [0.8, 0.95], "weight_decay": "auto"}},
+      "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 1e-4, "warmup_num_steps": "auto"}},
+      "zero_optimization": {"stage": 3, "reduce_bucket_size": 1000, "stage3_prefetch_bucket_size": "auto"},
+      "bf16": {"enabled": false}})",
+                                    "config", &v);
+  CHECK(c.auto_filled == std::vector<std::string>{"optimizer.params.weight_decay", "scheduler.params.warmup_num_steps",
+                                                  "zero_optimization.stage3_prefetch_bucket_size"});
+  CHECK(c.train_micro_batch_size_per_gpu == 2);
+  CHECK_FALSE(c.gradient_accumulation_steps);  // absent is not "auto": the program's value is not used...
+  CHECK(c.gradient_clipping == 0.25f);
+  CHECK(c.lr == 1e-4f);
+  CHECK(c.adamw_params.beta1 == 0.8f);
+  CHECK(c.adamw_params.eps == 1e-8f);  // ... and an absent key keeps strata's default
+  CHECK(c.adamw_params.weight_decay == 0.01f);
+  check_same_schedule(c.schedule, strata::lr_schedule::linear_warmup(0.0, 1e-4, 100));
+  CHECK(c.reduce_bucket_size == 1000);
+  CHECK(c.stage3_prefetch_bucket_size == 722'534);
+  CHECK(c.stage3_param_persistence_threshold == 100'000);
+  CHECK(c.precision() == "fp32");
+
+  // Below stage 3 the Trainer leaves the stage-3 keys alone: strata's defaults.
+  const run_config z2 = parse_config(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+      "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto"}})",
+                                     "config", &v);
+  CHECK(z2.stage3_prefetch_bucket_size == 50'000'000);
+  CHECK(z2.stage3_param_persistence_threshold == 100'000);
+  CHECK(z2.auto_filled.empty());
+
+  // The Trainer's default warmup (0 steps) is DeepSpeed's max(2, N) warmup as N = 1.
+  config_auto_values none_warm = v;
+  none_warm.warmup_steps = 0;
+  const run_config w = parse_config(
+      R"({"train_batch_size": 8, "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto"}}})", "config",
+      &none_warm);
+  check_same_schedule(w.schedule, strata::lr_schedule::linear_warmup(0.0, 1e-3, 1));
+  for (long k : {0L, 1L, 2L, 3L}) CHECK(w.schedule.lr(k) == strata::lr_schedule::linear_warmup(0.0, 1e-3, 2).lr(k));
+}
+
+TEST_CASE("an \"auto\" the program cannot fill: an error naming the key and what to write") {
+  const config_auto_values nothing;  // a program that passes on no lr, steps, batch or model
+  CHECK(auto_error_of(io_test::read_bytes(configs / "bad_lr_auto.json"), nothing) ==
+        "config: optimizer.params.lr is \"auto\", but the program gives no learning rate to fill it in; write a "
+        "value in the config");
+  CHECK(auto_error_of(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+      "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": "auto"}}})",
+                      nothing) ==
+        "config: scheduler.params.warmup_max_lr is \"auto\", but the program gives no learning rate to fill it in; "
+        "write a value in the config");
+  CHECK(auto_error_of(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupDecayLR",
+      "params": {"total_num_steps": "auto"}}})",
+                      nothing) ==
+        "config: scheduler.params.total_num_steps is \"auto\", but the program gives no total number of training "
+        "steps to fill it in; write a value in the config");
+  CHECK(auto_error_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}})",
+                      nothing) ==
+        "config: zero_optimization.reduce_bucket_size is \"auto\", which the Hugging Face Trainer derives from the "
+        "model's hidden size, and the program gives none; write an integer (elements) in the config");
+  // As in the Trainer, at any stage.
+  CHECK(
+      auto_error_of(R"({"train_batch_size": 8, "zero_optimization": {"stage3_prefetch_bucket_size": "auto"}})", nothing)
+          .rfind("config: zero_optimization.stage3_prefetch_bucket_size is \"auto\", which", 0) == 0);
+  const auto path = configs / "hf_zero3_auto.json";
+  config_auto_values no_model = program_values();
+  no_model.hidden_size.reset();
+  CHECK(error_of<config_error>([&] {
+          strata::load_config(path, &no_model);
+        }).rfind(path.string() + ": zero_optimization.reduce_bucket_size is \"auto\"", 0) == 0);
+
+  // Keys the Trainer does not fill stay refused.
+  CHECK(auto_error_of(R"({"train_batch_size": 8, "fp16": {"enabled": true, "loss_scale": "auto"}})", nothing) ==
+        "config: fp16.loss_scale is \"auto\", which the Hugging Face Trainer replaces before DeepSpeed sees it; "
+        "strata needs a value here");
+  // Batch sizes nobody gives.
+  CHECK(error_of<config_error>([&] {
+          parse_config(R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto"})", "config", &nothing)
+              .resolve(2);
+        }) == "config: train_batch_size or train_micro_batch_size_per_gpu must be given");
+  // A filled value is checked as a written one.
+  config_auto_values neg = program_values();
+  neg.lr = -1.0;
+  CHECK(auto_error_of(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}})", neg) ==
+        "config: optimizer.params.lr must be a number >= 0, got -1.0");
+
+  config_auto_values bad = program_values();
+  bad.precision = "fp8";
+  CHECK(auto_error_of(R"({"train_batch_size": 8})", bad) ==
+        "config: the program's precision for \"auto\" must be \"fp32\", \"bf16\" or \"fp16\", got \"fp8\"");
+  bad = program_values();
+  bad.hidden_size = 0;
+  CHECK(auto_error_of(R"({"train_batch_size": 8})", bad) ==
+        "config: the program's hidden size for \"auto\" must be >= 1 and its square fit, got 0");
+}
+
+TEST_CASE("resolved_config_json: the settings strata uses, in DeepSpeed's layout, read back to the same") {
+  const config_auto_values v = program_values();
+  std::vector<std::pair<run_config, int>> cases;
+  cases.emplace_back(strata::load_config(configs / "full.json"), 4);
+  cases.emplace_back(strata::load_config(configs / "hf_zero2_auto.json", &v), 4);
+  cases.emplace_back(strata::load_config(configs / "hf_zero3_auto.json", &v), 2);
+  cases.emplace_back(parse_config(R"({"train_batch_size": 8, "optimizer": {"type": "sgd", "params":
+      {"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4, "nesterov": true}}})"),
+                     1);
+  cases.emplace_back(parse_config(R"({"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "Lion", "params":
+      {"lr": 1e-4, "betas": [0.95, 0.98]}}, "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 500,
+      "warmup_num_steps": 20, "warmup_min_ratio": 0.1, "cos_min_ratio": 0.01}}, "strata": {"seed": 7}})"),
+                     3);
+  for (auto& [c, dp] : cases) {
+    c.resolve(dp);
+    const auto j = strata::resolved_config_json(c);
+    INFO(j.dump());
+    run_config back = parse_config(j.dump());
+    CHECK(back.unknown_keys.empty());
+    back.resolve(dp);
+    check_same_settings(c, back);
+  }
+  // Floats as the decimals they were written as; the batch sizes as resolved.
+  const auto j = strata::resolved_config_json(cases[1].first);
+  CHECK(j["optimizer"]["params"]["lr"].dump() == "0.0003");
+  CHECK(j["optimizer"]["params"]["weight_decay"].dump() == "0.01");
+  CHECK(j["train_batch_size"] == 32);
+  CHECK(j["zero_optimization"]["reduce_bucket_size"] == 802'816);
+  CHECK(j["bf16"]["enabled"] == true);
+  CHECK(j["scheduler"]["params"]["warmup_max_lr"].dump() == "0.0003");
 }
 
 TEST_CASE("SGD, Lion, case-insensitive optimizer types, and the old bfloat16 section") {
@@ -254,6 +549,7 @@ TEST_CASE("malformed configs: each fails with its exact message") {
       {"bad_json.json",
        "config: not valid JSON: parse error at line 1, column 24: syntax error while parsing object key - unexpected "
        "'}'; expected string literal"},
+      // Read without the program's values (given them, lr is filled: see the "auto" cases).
       {"bad_lr_auto.json",
        "config: optimizer.params.lr is \"auto\", which the Hugging Face Trainer replaces before DeepSpeed sees it; "
        "strata needs a value here"},
