@@ -1,26 +1,59 @@
 // A tiny command-line reader for the examples: --name value pairs and --flag switches,
-// with a clear error for unknown options and values of the wrong type.
+// with a clear error for unknown options and values of the wrong type, and --help.
 #pragma once
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include <strata/core/error.hpp>
 
 namespace examples {
+
+// A mistake on the command line (an unknown option, a missing or mistyped value): the
+// program prints it and its usage, and exits 2.
+class usage_error : public strata::config_error {
+ public:
+  using strata::config_error::config_error;
+};
+
+inline bool wants_help(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") return true;
+  return false;
+}
+
+// What main does with the outcome of its body: --help prints the usage (exit 0); an error
+// prints one line on rank 0, with the usage after a usage_error (exit 2).
+template <class Body>
+int run_main(const char* program, const char* usage, int rank, int argc, char** argv, Body&& body) {
+  if (wants_help(argc, argv)) {
+    if (rank == 0) std::fputs(usage, stdout);
+    return 0;
+  }
+  try {
+    return body();
+  } catch (const usage_error& e) {
+    if (rank == 0) std::fprintf(stderr, "%s: error: %s\n%s", program, e.what(), usage);
+  } catch (const strata::error& e) {
+    if (rank == 0) std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+  }
+  return 2;
+}
 
 class args {
  public:
   args(int argc, char** argv, std::set<std::string> flags) : flags_(std::move(flags)) {
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
-      if (a.rfind("--", 0) != 0) throw strata::config_error("unexpected argument '" + a + "' (options start with --)");
+      if (a.rfind("--", 0) != 0) throw usage_error("unexpected argument '" + a + "' (options start with --)");
       a = a.substr(2);
       if (flags_.count(a)) {
         values_[a] = "1";
       } else {
-        if (i + 1 >= argc) throw strata::config_error("option --" + a + " needs a value");
+        if (i + 1 >= argc) throw usage_error("option --" + a + " needs a value");
         values_[a] = argv[++i];
       }
     }
@@ -28,7 +61,7 @@ class args {
   // Every option given must have been read: catches misspelt options.
   void check_all_used() const {
     for (auto& [k, v] : values_)
-      if (!used_.count(k)) throw strata::config_error("unknown option --" + k);
+      if (!used_.count(k)) throw usage_error("unknown option --" + k);
   }
   bool has(const std::string& k) const { return values_.count(k) > 0; }
   bool flag(const std::string& k) { return used_.insert(k), values_.count(k) > 0; }
@@ -44,7 +77,7 @@ class args {
     char* end = nullptr;
     long v = std::strtol(it->second.c_str(), &end, 10);
     if (end == it->second.c_str() || *end)
-      throw strata::config_error("--" + k + " expects an integer, got '" + it->second + "'");
+      throw usage_error("--" + k + " expects an integer, got '" + it->second + "'");
     return v;
   }
   double real(const std::string& k, double def) {
@@ -53,8 +86,7 @@ class args {
     if (it == values_.end()) return def;
     char* end = nullptr;
     double v = std::strtod(it->second.c_str(), &end);
-    if (end == it->second.c_str() || *end)
-      throw strata::config_error("--" + k + " expects a number, got '" + it->second + "'");
+    if (end == it->second.c_str() || *end) throw usage_error("--" + k + " expects a number, got '" + it->second + "'");
     return v;
   }
 

@@ -49,16 +49,19 @@ struct loop_options {
 struct loop_result {
   strata::step_stats last;
   std::vector<float> losses;
+  std::vector<double> seconds;  // of each step run
   double idle_seconds = 0, step_seconds = 0;
-  std::vector<float> master;
+  std::size_t params = 0;
   std::string hash;
 };
 
 // Trains from step 0 (or the loaded checkpoint's step) to o.steps. fill(step, batch)
 // produces this rank's rows of that step: the data position is the step, so a resumed
-// run sees the same samples as one that never stopped.
-template <class Trainer, class Fill>
-loop_result train_loop(Trainer& tr, const loop_options& o, int world_rank, Fill&& fill) {
+// run sees the same samples as one that never stopped. after_step(steps done) runs after
+// each step (validation, say).
+template <class Trainer, class Fill, class After = void (*)(long)>
+loop_result train_loop(
+    Trainer& tr, const loop_options& o, int world_rank, Fill&& fill, After&& after_step = [](long) {}) {
   loop_result r;
   strata::batch<> b;
   long first = 0;
@@ -73,15 +76,16 @@ loop_result train_loop(Trainer& tr, const loop_options& o, int world_rank, Fill&
     fill(s, b);
     r.last = tr.step(b);
     r.losses.push_back(r.last.loss);
+    r.seconds.push_back(r.last.seconds);
     r.idle_seconds += r.last.idle_seconds;
     r.step_seconds += r.last.seconds;
     if (world_rank == 0 && !o.quiet) std::printf("%s\n", strata::progress_line(r.last, o.steps).c_str());
     const bool periodic = o.save_every > 0 && (s + 1) % o.save_every == 0;
     if (!o.save.empty() && (periodic || s + 1 == o.steps)) tr.save(o.save, {{"data_position", (s + 1) * o.batch}});
+    after_step(s + 1);
   }
   if (!o.export_path.empty()) strata::export_safetensors(tr, o.export_path);
-  r.master = tr.gather_master();
-  r.hash = strata::hex64(strata::weights_hash(r.master));
+  r.hash = strata::hex64(strata::weights_hash(tr, &r.params));
   return r;
 }
 
@@ -96,7 +100,7 @@ nlohmann::json base_report(Trainer& tr, const loop_result& r) {
   j["weights_hash"] = r.hash;
   j["skipped_steps"] = tr.skipped_steps();
   j["memory"] = tr.memory().to_json();
-  j["params"] = r.master.size();
+  j["params"] = r.params;
   return j;
 }
 

@@ -7,9 +7,23 @@
 
 #include "run.hpp"
 
+namespace {
+const char* const usage =
+    "usage: mpiexec -n N gpt [options]\n"
+    "Trains a small decoder-only transformer on a synthetic token stream on a tensor x data x\n"
+    "pipeline grid.\n"
+    "  --tp T --pp P  --zero 0..3 [--offload]  --schedule 1f1b|gpipe\n"
+    "  --layers L --dim D --heads H --vocab V --seq S  --bucket ELEMS\n"
+    "common options:\n"
+    "  --steps N  --batch B (global rows per step)  --seed S  --micro-batches K  --lr X\n"
+    "  --config ds_config.json (DeepSpeed's; decides policies, optimizer, batch sizes)\n"
+    "  --save DIR [--save-every N]  --load DIR  --export FILE.safetensors  --init FILE.safetensors\n"
+    "  --report FILE.json  --quiet  --device cpu|cuda  --help\n";
+}  // namespace
+
 int main(int argc, char** argv) {
   strata::environment env(argc, argv);
-  try {
+  return examples::run_main("gpt", usage, env.rank(), argc, argv, [&] {
     examples::args a(argc, argv, {"offload", "quiet"});
     const std::string device = a.str("device", "cpu");
     strata::expects<strata::config_error>(device == "cpu" || device == "cuda",
@@ -44,8 +58,5 @@ int main(int argc, char** argv) {
     return strata::dispatch_sharding_schedule(pol, [&](auto s, auto sc) {
       return gpt::run<strata::host, typename decltype(s)::type, typename decltype(sc)::type>(ra);
     });
-  } catch (const strata::error& e) {
-    if (env.rank() == 0) std::fprintf(stderr, "gpt: error: %s\n", e.what());
-    return 2;
-  }
+  });
 }

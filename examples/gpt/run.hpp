@@ -41,7 +41,7 @@ int run(const run_args& a) {
   if (a.env.rank() == 0) {
     std::printf("final loss %.6f  weights_hash %s  tp %d dp %d pp %d  %s/%s  idle %.3f  params %zu  device %s\n",
                 static_cast<double>(r.last.loss), r.hash.c_str(), a.tp, dp, a.pp, Sharding::name, Schedule::name,
-                fraction, r.master.size(), Space::name);
+                fraction, r.params, Space::name);
     auto j = examples::base_report(tr, r);
     j["pipeline_idle_fraction"] = fraction;
     j["layout"] = {{"tp", a.tp}, {"dp", dp}, {"pp", a.pp}, {"zero", Sharding::name}, {"schedule", Schedule::name}};

@@ -8,9 +8,22 @@
 
 #include "run.hpp"
 
+namespace {
+const char* const usage =
+    "usage: mpiexec -n N mlp [options]\n"
+    "Trains a small MLP classifier on synthetic data, data parallel with any ZeRO stage.\n"
+    "  --zero 0..3 [--offload]  --precision fp32|bf16|fp16  --optimizer adamw|sgd|lion  --clip C\n"
+    "  --features F --hidden H --layers L --classes C  --bucket ELEMS\n"
+    "common options:\n"
+    "  --steps N  --batch B (global rows per step)  --seed S  --micro-batches K  --lr X\n"
+    "  --config ds_config.json (DeepSpeed's; decides policies, optimizer, batch sizes)\n"
+    "  --save DIR [--save-every N]  --load DIR  --export FILE.safetensors  --init FILE.safetensors\n"
+    "  --report FILE.json  --quiet  --device cpu|cuda  --help\n";
+}  // namespace
+
 int main(int argc, char** argv) {
   strata::environment env(argc, argv);
-  try {
+  return examples::run_main("mlp", usage, env.rank(), argc, argv, [&] {
     examples::args a(argc, argv, {"offload", "quiet"});
     const std::string device = a.str("device", "cpu");
     strata::expects<strata::config_error>(device == "cpu" || device == "cuda",
@@ -43,8 +56,5 @@ int main(int argc, char** argv) {
       return mlp::run<strata::host, typename decltype(s)::type, typename decltype(o)::type, typename decltype(p)::type>(
           ra);
     });
-  } catch (const strata::error& e) {
-    if (env.rank() == 0) std::fprintf(stderr, "mlp: error: %s\n", e.what());
-    return 2;
-  }
+  });
 }

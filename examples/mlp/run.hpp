@@ -36,7 +36,7 @@ int run(const run_args& a) {
   if (rank == 0) {
     std::printf("final loss %.6f  weights_hash %s  policy %s/%s/%s  device %s  ranks %d  params %zu\n",
                 static_cast<double>(r.last.loss), r.hash.c_str(), Sharding::name, Optimizer::name, Precision::name,
-                Space::name, ranks, r.master.size());
+                Space::name, ranks, r.params);
     auto j = examples::base_report(tr, r);
     j["policy"] = {{"sharding", Sharding::name}, {"optimizer", Optimizer::name}, {"precision", Precision::name}};
     j["ranks"] = ranks;

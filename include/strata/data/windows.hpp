@@ -2,7 +2,8 @@
 // on): window i is tokens [i seq, i seq + seq + 1); step s of global batch B takes windows
 // [s B, (s + 1) B), wrapping at the end of the file (an epoch), in a per-epoch permutation
 // when shuffled; inputs are a window's first seq tokens, labels its last seq; data-parallel
-// rank r takes its contiguous share of the rows.
+// rank r takes its contiguous share of the rows. A mask file of the same layout says per
+// token whether it is trained on as a label (1) or not (0: its target is ignore_label).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -11,6 +12,7 @@
 
 #include "../core/error.hpp"
 #include "../core/random.hpp"
+#include "../space/ops.hpp"
 #include "../space/tensor.hpp"
 #include "token_file.hpp"
 
@@ -30,6 +32,20 @@ class token_windows {
       return cat(tokens.path(), ": ", tokens.size(), " tokens, fewer than one window of seq + 1 = ", seq + 1);
     });
     windows_ = (tokens.size() - 1) / static_cast<std::uint64_t>(seq);
+  }
+
+  // Labels where mask[i] is 0 (i the label's token) become ignore_label. The mask must
+  // count as many tokens as the token file and hold only 0 and 1.
+  void set_mask(const token_file& mask) {
+    expects<config_error>(mask.size() == tokens_.size(), [&] {
+      return cat(mask.path(), ": ", mask.size(), " mask values for the ", tokens_.size(), " tokens of ", tokens_.path(),
+                 "; a mask has one value per token");
+    });
+    for (std::uint64_t i = 0; i < mask.size(); ++i)
+      if (mask[i] > 1)
+        throw checkpoint_error(cat(mask.path(), ": mask value ", mask[i], " at offset ", mask.offset_of(i), " (token ",
+                                   i, ") is not 0 or 1"));
+    mask_ = &mask;
   }
 
   std::uint64_t windows() const noexcept { return windows_; }
@@ -60,7 +76,8 @@ class token_windows {
       const std::uint64_t first = w * static_cast<std::uint64_t>(seq_);
       for (std::int64_t t = 0; t < seq_; ++t) {
         inputs[r * seq_ + t] = static_cast<float>(tokens_[first + t]);
-        targets[r * seq_ + t] = static_cast<float>(tokens_[first + t + 1]);
+        const bool trained = !mask_ || (*mask_)[first + t + 1] != 0;
+        targets[r * seq_ + t] = trained ? static_cast<float>(tokens_[first + t + 1]) : ignore_label;
       }
     }
   }
@@ -76,6 +93,7 @@ class token_windows {
   }
 
   const token_file& tokens_;
+  const token_file* mask_ = nullptr;
   std::int64_t seq_, batch_;
   std::optional<std::uint64_t> seed_;
   std::uint64_t windows_ = 0;

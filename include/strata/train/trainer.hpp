@@ -105,7 +105,18 @@ class trainer {
 
   // fp32 master weights of the whole model in parameter order, tensor-parallel slices
   // assembled and pipeline stages concatenated, unpadded (collective over the grid).
+  // It holds the whole model on every rank: for tests and small models. Hashes and
+  // exports stream with for_each_weight_piece.
   std::vector<float> gather_master() { return body_.gather_master(); }
+
+  // The same values as gather_master, in pieces: f(std::size_t param_index, std::size_t
+  // first, std::span<const float> values) for elements [first, first + values.size()) of
+  // that param's full tensor, in order, on every rank (collective). A rank holds one piece
+  // (at most 4 Mi elements) beyond its own state.
+  template <class F>
+  void for_each_weight_piece(F&& f) {
+    body_.for_each_weight_piece(f);
+  }
 
   // Sets the weights from the whole model's full tensors in parameter order (as
   // gather_master() returns them): master and compute params of what this rank holds;

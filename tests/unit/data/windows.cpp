@@ -120,3 +120,30 @@ TEST_CASE("windows: shuffling is a per-epoch permutation, the same for the same 
   CHECK(differs);  // another seed, another order
   fs::remove(p);
 }
+
+TEST_CASE("windows: a mask file turns the labels it zeroes into ignore_label, and bad masks are refused") {
+  const auto p = write_tokens("masked", 20240520, 1, 13, iota_tokens(13, 100), 2);
+  std::vector<std::uint32_t> m(13, 1);
+  m[2] = m[3] = m[9] = 0;  // token 2, 3 and 9 are not trained on as labels
+  const auto pm = write_tokens("mask", 20240520, 1, 13, m, 2);
+  const strata::token_file f(p), mask(pm);
+  strata::token_windows w(f, 4, 3);
+  w.set_mask(mask);
+  strata::tensor<float> in, tg;
+  w.fill(0, 0, 1, in, tg);
+  for (int k = 0; k < 12; ++k) {
+    const int label = k + 1;  // window r's target t is token 4r + t + 1
+    INFO("label token " << label);
+    CHECK(in[k] == static_cast<float>(k));
+    CHECK(tg[k] == (m[static_cast<std::size_t>(label)] ? static_cast<float>(label) : strata::ignore_label));
+  }
+  // A mask of another length, or with a value other than 0 and 1.
+  const auto short_mask = write_tokens("mask-short", 20240520, 1, 12, std::vector<std::uint32_t>(12, 1), 2);
+  const strata::token_file sm(short_mask);
+  CHECK_THROWS_WITH(w.set_mask(sm), Catch::Contains("12 mask values for the 13 tokens"));
+  m[5] = 2;
+  const auto two = write_tokens("mask-two", 20240520, 1, 13, m, 2);
+  const strata::token_file tm(two);
+  CHECK_THROWS_WITH(w.set_mask(tm), Catch::Contains("mask value 2 at offset 1034 (token 5) is not 0 or 1"));
+  for (const auto& q : {p, pm, short_mask, two}) fs::remove(q);
+}

@@ -123,15 +123,6 @@ class schedule_driver {
   // Seconds the last run() waited for neighbouring stages.
   double idle_seconds() const noexcept { return idle_; }
 
-  // Activation bytes held for in-flight micro-batches (grows to the schedule's peak).
-  std::size_t activation_bytes() const {
-    std::size_t n = 0;
-    for (auto& slot : acts_)
-      for (auto& t : slot) n += t.capacity() * sizeof(float);
-    for (auto& t : dacts_) n += t.capacity() * sizeof(float);
-    return n;
-  }
-
  private:
   int pp_rank() const { return grid_.pp_rank(); }
   int pp_size() const { return grid_.pp_size(); }

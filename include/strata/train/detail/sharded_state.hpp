@@ -22,6 +22,52 @@ struct update_run {
   bool decay = true;
 };
 
+// The element counts of a rank's buffers for a stage (the formulas of docs/architecture.md,
+// "Memory"): what sharded_state allocates, and what a plan made before launch counts.
+struct state_sizes {
+  std::size_t params = 0, live = 0, grads = 0, grad_shard = 0;  // fp32, compute space
+  std::size_t wire = 0, wire_out = 0;                           // 16-bit, mixed precision only
+  std::size_t reduced = 0;                                      // fp32, fp32 training only
+  std::size_t master = 0, state0 = 0, state1 = 0;               // fp32, optimizer space
+  std::size_t host_grads = 0, host_params = 0;                  // fp32, a device trainer's offload staging
+
+  // split: the optimizer space is not the compute space (a CUDA trainer's offload).
+  static state_sizes of(const bucket_plan& plan, int stage, int state_slots, bool mixed, bool split) {
+    state_sizes n;
+    const std::size_t total = plan.total(), shard = plan.shard_size();
+    const std::size_t two_buckets = 2 * plan.max_bucket(), two_pieces = 2 * plan.max_piece();
+    n.params = stage < 3 ? total : shard;
+    n.live = stage == 3 ? two_buckets : 0;  // ZeRO-3's gathered buckets, two in flight
+    n.grads = stage < 2 ? total : two_buckets;
+    n.grad_shard = shard;
+    n.wire = mixed ? two_buckets : 0;
+    n.wire_out = mixed ? two_pieces : 0;
+    n.reduced = mixed ? 0 : two_pieces;
+    const std::size_t owned = stage == 0 ? total : shard;
+    n.master = owned;
+    n.state0 = state_slots > 0 ? owned : 0;
+    n.state1 = state_slots > 1 ? owned : 0;
+    n.host_grads = n.host_params = split ? owned : 0;
+    return n;
+  }
+
+  // Bytes by the trainer's report categories; compute_bytes is the 16-bit wire's element.
+  memory_report report(std::size_t compute_bytes, bool split, bool offload, std::size_t activation_bytes) const {
+    memory_report r;
+    constexpr std::size_t f = sizeof(float);
+    r.bytes["params"] = (params + live) * f;
+    r.bytes["grads"] = (grads + grad_shard) * f;
+    r.bytes["master"] = master * f;
+    r.bytes["optimizer_states"] = (state0 + state1) * f;
+    r.bytes["comm_buffers"] = reduced * f + (wire + wire_out) * compute_bytes;
+    if (split) r.bytes["offload_staging"] = (host_grads + host_params) * f;
+    r.bytes["activations"] = activation_bytes;
+    for (auto& [k, v] : r.bytes)
+      r.offloaded[k] = offload && (k == "master" || k == "optimizer_states" || k == "offload_staging");
+    return r;
+  }
+};
+
 template <class Compute, class Space = host, class OptSpace = Space>
 struct sharded_state {
   static constexpr bool split = !std::is_same_v<Space, OptSpace>;
@@ -34,30 +80,24 @@ struct sharded_state {
   opt<float> host_grads, host_params;  // split only: the grad shard and new params in transit
   dev<Compute> wire, wire_out;         // 16-bit gradient staging for mixed precision
   std::vector<update_run> runs;
+  state_sizes sizes;  // what allocate() sized the buffers to
   int rank = 0;
 
   void allocate(const bucket_plan& plan, int stage, int state_slots, bool mixed, int my_rank) {
     rank = my_rank;
-    const std::size_t total = plan.total(), shard = plan.shard_size();
-    const std::size_t two_buckets = 2 * plan.max_bucket(), two_pieces = 2 * plan.max_piece();
-    params = dev<float>(stage < 3 ? total : shard);
-    if (stage == 3) live = dev<float>(two_buckets);
-    grads = dev<float>(stage < 2 ? total : two_buckets);
-    grad_shard = dev<float>(shard);
-    if (mixed) {
-      wire = dev<Compute>(two_buckets);
-      wire_out = dev<Compute>(two_pieces);
-    } else {
-      reduced = dev<float>(two_pieces);
-    }
-    const std::size_t owned = stage == 0 ? total : shard;
-    master = opt<float>(owned);
-    if (state_slots > 0) state0 = opt<float>(owned);
-    if (state_slots > 1) state1 = opt<float>(owned);
-    if constexpr (split) {
-      host_grads = opt<float>(owned);
-      host_params = opt<float>(owned);
-    }
+    const state_sizes n = sizes = state_sizes::of(plan, stage, state_slots, mixed, split);
+    params = dev<float>(n.params);
+    live = dev<float>(n.live);
+    grads = dev<float>(n.grads);
+    grad_shard = dev<float>(n.grad_shard);
+    wire = dev<Compute>(n.wire);
+    wire_out = dev<Compute>(n.wire_out);
+    reduced = dev<float>(n.reduced);
+    master = opt<float>(n.master);
+    state0 = opt<float>(n.state0);
+    state1 = opt<float>(n.state1);
+    host_grads = opt<float>(n.host_grads);
+    host_params = opt<float>(n.host_params);
     make_runs(plan, stage);
   }
 
@@ -128,19 +168,8 @@ struct sharded_state {
     return out;
   }
 
-  memory_report report(const bucket_plan&, int stage, bool offload, std::size_t activation_bytes) const {
-    memory_report r;
-    r.bytes["params"] = params.bytes() + live.bytes();
-    r.bytes["grads"] = grads.bytes() + grad_shard.bytes();
-    r.bytes["master"] = master.bytes();
-    r.bytes["optimizer_states"] = state0.bytes() + state1.bytes();
-    r.bytes["comm_buffers"] = reduced.bytes() + wire.bytes() + wire_out.bytes();
-    if constexpr (split) r.bytes["offload_staging"] = host_grads.bytes() + host_params.bytes();
-    r.bytes["activations"] = activation_bytes;
-    for (auto& [k, v] : r.bytes)
-      r.offloaded[k] = offload && (k == "master" || k == "optimizer_states" || k == "offload_staging");
-    (void)stage;
-    return r;
+  memory_report report(bool offload, std::size_t activation_bytes) const {
+    return sizes.report(sizeof(Compute), split, offload, activation_bytes);
   }
 
  private:

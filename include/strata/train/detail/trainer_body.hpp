@@ -105,7 +105,9 @@ class trainer_body {
     const auto t0 = std::chrono::steady_clock::now();
     check_batch_rows(b, opts_.micro_batches);
     const float scale = loss_scale();
+    const std::size_t live = Space::counters().live.load();
     driver_.run(b, scale);
+    count_activations(live);
     tied_.sum_grads();
 
     step_stats s;
@@ -140,7 +142,9 @@ class trainer_body {
 
   float evaluate(const batch<Space>& b) {
     check_batch_rows(b, opts_.micro_batches);
+    const std::size_t live = Space::counters().live.load();
     driver_.run_forward(b);
+    count_activations(live);
     return driver_.finish_loss();
   }
 
@@ -151,6 +155,10 @@ class trainer_body {
   }
 
   std::vector<float> gather_master() { return weights_.gather(); }
+  template <class F>
+  void for_each_weight_piece(F&& f) {
+    weights_.for_each_piece(f);
+  }
   void set_weights(std::span<const float> full) { weights_.set(full); }
   template <class Read>
   void set_weights_from(Read&& read) {
@@ -170,8 +178,11 @@ class trainer_body {
     return st.extra;
   }
 
-  memory_report memory() const { return state_.report(plan_, stage, offload_, activation_bytes()); }
-  std::size_t activation_bytes() const { return driver_.activation_bytes(); }
+  memory_report memory() const { return state_.report(offload_, activation_bytes()); }
+  // What the layers' outputs, caches and gradients hold (every schedule slot in use):
+  // measured as the growth of the space's live bytes over the forward and backward passes,
+  // which reuse their tensors once sized, so the count is the truth, whatever the layers.
+  std::size_t activation_bytes() const { return activations_; }
   const flat_layout& layout() const noexcept { return layout_; }
   const bucket_plan& plan() const noexcept { return plan_; }
   const std::vector<long>& skipped_steps() const noexcept { return counters_.skipped; }
@@ -185,6 +196,11 @@ class trainer_body {
  private:
   // fp16 uses the dynamic scaler; other precisions a static scale of 1, which still
   // turns a non-finite gradient into a skipped step.
+  void count_activations(std::size_t live_before) {
+    const std::size_t now = Space::counters().live.load();
+    if (now > live_before) activations_ += now - live_before;
+  }
+
   static loss_scaler make_loss_scaler(const trainer_options& o) {
     if constexpr (Precision::uses_loss_scaling) return loss_scaler(o.loss_scaler);
     loss_scaler_options fixed;
@@ -217,6 +233,7 @@ class trainer_body {
   bool offload_ = false;  // reported only: on the host the state stays where it is
   flat_layout layout_;
   bucket_plan plan_;
+  std::size_t activations_ = 0;
   std::vector<layer_entry<ctx_t>> table_;
   stage_params params_;
   typename types::dev_t dev_;

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <vector>
 
+#include "../../comm/reduce_op.hpp"
 #include "../../core/error.hpp"
 #include "../../model/layout.hpp"
 #include "../../model/param.hpp"
@@ -99,6 +101,53 @@ class trainer_weights {
     return concat_stages(grid_.pipeline(), gather_tensor_slices(grid_.tensor(), params, mine));
   }
 
+  // The values gather() returns, in pieces and in the same order: f(param index, first,
+  // values) with elements [first, first + values.size()) of that param's full tensor, at
+  // most `piece` of them, on every rank (collective over the grid's world). A rank holds
+  // one piece beyond its own state, never the whole model. Each element comes from the
+  // ranks that hold it (equal bits where several do), assembled by a max over the bit
+  // patterns widened to 64 bits: exact, negative zeros and NaNs included.
+  template <class F>
+  void for_each_piece(F&& f, std::size_t piece = std::size_t{1} << 22) {
+    std::vector<bool> here(layout_.params().size(), false);
+    for (std::size_t i : params_.mine) here[i] = true;
+    struct held {
+      std::size_t first, at, len;
+    };
+    std::vector<held> runs;
+    std::vector<std::uint64_t> bits;
+    std::vector<float> values;
+    state_.with_host(*dev_.eng, false, [&](float* master, float*, float*) {
+      for (std::size_t i = 0; i < layout_.params().size(); ++i) {
+        const param<float>& p = *params_.all[i];
+        const std::size_t n = p.sharded() ? p.full_shape.numel() : p.numel();
+        runs.clear();
+        if (here[i])
+          for_each_held_run(
+              i, [&](std::size_t first, std::size_t at, std::size_t len) { runs.push_back({first, at, len}); });
+        for (std::size_t c0 = 0; c0 < n; c0 += piece) {
+          const std::size_t c1 = std::min(n, c0 + piece);
+          bits.assign(c1 - c0, 0);
+          for (const held& r : runs) {
+            const std::size_t s = std::max(r.first, c0), e = std::min(r.first + r.len, c1);
+            for (std::size_t k = s; k < e; ++k) {
+              std::uint32_t b;
+              std::memcpy(&b, master + r.at + (k - r.first), 4);
+              bits[k - c0] = b;
+            }
+          }
+          grid_.world().all_reduce(std::span<std::uint64_t>(bits), reduce_op::max);
+          values.resize(bits.size());
+          for (std::size_t k = 0; k < bits.size(); ++k) {
+            const auto b = static_cast<std::uint32_t>(bits[k]);
+            std::memcpy(&values[k], &b, 4);
+          }
+          f(i, c0, std::span<const float>(values));
+        }
+      }
+    });
+  }
+
  private:
   // Sets each master element this rank holds to value(param index, index in the full
   // tensor), then the compute params from master.
@@ -115,22 +164,31 @@ class trainer_weights {
   template <class F>
   void for_each_run(F&& f) {
     state_.with_host(*dev_.eng, true, [&](float* master, float*, float*) {
-      for (std::size_t i : params_.mine) {
-        const param<float>& p = *params_.all[i];
-        const std::size_t lo = params_.offset[i], hi = lo + layout_.params()[i].numel;
-        state_.for_each_master_range(plan_, stage, lo, hi, [&](std::size_t padded, std::size_t at, std::size_t n) {
-          for (std::size_t j = 0; j < n;) {
-            const std::size_t first = p.global_index(padded - lo + j);
-            std::size_t len = 1;
-            while (j + len < n && p.global_index(padded - lo + j + len) == first + len) ++len;
-            f(i, first, std::span<float>(master + at + j, len));
-            j += len;
-          }
+      for (std::size_t i : params_.mine)
+        for_each_held_run(i, [&](std::size_t first, std::size_t at, std::size_t len) {
+          f(i, first, std::span<float>(master + at, len));
         });
-      }
     });
     update_.refresh_params_from_master();
     gathers_.invalidate();
+  }
+
+  // g(first, at, len) for the master elements of param i (of this stage) this rank
+  // holds, in runs contiguous both in the param's full tensor (from first) and in the
+  // master copy (from at).
+  template <class G>
+  void for_each_held_run(std::size_t i, G&& g) const {
+    const param<float>& p = *params_.all[i];
+    const std::size_t lo = params_.offset[i], hi = lo + layout_.params()[i].numel;
+    state_.for_each_master_range(plan_, stage, lo, hi, [&](std::size_t padded, std::size_t at, std::size_t n) {
+      for (std::size_t j = 0; j < n;) {
+        const std::size_t first = p.global_index(padded - lo + j);
+        std::size_t len = 1;
+        while (j + len < n && p.global_index(padded - lo + j + len) == first + len) ++len;
+        g(first, at + j, len);
+        j += len;
+      }
+    });
   }
 
   typename Types::grid_t& grid_;

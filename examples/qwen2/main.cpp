@@ -1,0 +1,150 @@
+// examples/qwen2: fine-tunes a Hugging Face Qwen2 / Qwen2.5 model on a token file (made
+// by prepare.py) on any layout, and exports a Hugging Face directory back.
+//   mpiexec -n 4 qwen2 --model DIR --data train.bin --seq 256 --batch 8 --steps 100 --lr 1e-5
+//       --zero 3 --offload --precision bf16 --export out/
+//   qwen2 --plan --world 4 --model random:qwen2.5-0.5b --seq 256 --batch 4 --zero 3 --offload
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <strata/strata.hpp>
+
+#include "../common/args.hpp"
+#include "../common/config.hpp"
+#include "plan.hpp"
+#include "run.hpp"
+
+namespace {
+
+const char* const usage =
+    "usage: mpiexec -n N qwen2 --model DIR|random:CONFIG --data FILE --seq S --batch B --steps N --lr X [options]\n"
+    "Fine-tunes a Qwen2 / Qwen2.5 model on a token file (llm.c layout; examples/qwen2/prepare.py makes one).\n"
+    "model and data:\n"
+    "  --model DIR            a Hugging Face directory (config.json, model.safetensors[.index.json])\n"
+    "  --model random:CONFIG  random initialisation of a config.json (a path, or a name in\n"
+    "                         examples/qwen2/configs/, e.g. random:qwen2.5-0.5b)\n"
+    "  --tokenizer DIR        tokenizer files copied into the export (default: the model's)\n"
+    "  --data FILE [--mask FILE]  tokens, and which labels train (1) or not (0)\n"
+    "  --val FILE [--val-mask FILE] [--val-every N] [--val-steps N (8)]\n"
+    "  --shuffle SEED         permute the windows of each epoch\n"
+    "training:\n"
+    "  --seq S (256)  --batch B (global rows per step, 8)  --micro-batches K (1)  --steps N (10)\n"
+    "  --lr X (1e-5)  --warmup W (0: constant lr)  --clip C (0: none)  --weight-decay D (0.01, matrices)\n"
+    "  --zero 0..3 [--offload]  --precision fp32|bf16|fp16  --tp T --pp P  --schedule 1f1b|gpipe\n"
+    "  --config ds_config.json  DeepSpeed's (Hugging Face's templates with \"auto\" too)\n"
+    "  --device cpu|cuda  --seed S  --bucket ELEMS  --quiet\n"
+    "outputs:\n"
+    "  --save DIR [--save-every N]  --load DIR  --export DIR [--export-dtype fp32|bf16]\n"
+    "  --report FILE.json (losses, val_losses, tokens_per_s, memory, weights_hash)\n"
+    "  --plan [--world N]     print each rank's memory for the layout and ZeRO 0-3, and exit\n"
+    "  --help\n";
+
+// random:NAME is a config shipped in examples/qwen2/configs/; random:PATH a file.
+std::filesystem::path random_config(const std::string& spec) {
+  std::filesystem::path p = spec;
+  if (spec.find('/') == std::string::npos && p.extension() != ".json")
+    p = std::filesystem::path(STRATA_EXAMPLES_DIR) / "qwen2" / "configs" / (spec + ".json");
+  return p;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  strata::environment env(argc, argv);
+  return examples::run_main("qwen2", usage, env.rank(), argc, argv, [&]() -> int {
+    examples::args a(argc, argv, {"offload", "quiet", "plan"});
+    qwen2::run_options o;
+    const std::string model = a.str("model", "");
+    o.tokenizer_dir = a.str("tokenizer", "");
+    const bool plan = a.flag("plan");
+    o.data = a.str("data", "");
+    o.mask = a.str("mask", "");
+    o.val = a.str("val", "");
+    o.val_mask = a.str("val-mask", "");
+    o.val_every = a.integer("val-every", 0);
+    o.val_steps = a.integer("val-steps", 8);
+    if (a.has("shuffle")) o.shuffle = static_cast<std::uint64_t>(a.integer("shuffle", 0));
+    o.seq = a.integer("seq", 256);
+    o.weight_decay = static_cast<float>(a.real("weight-decay", 0.01));
+    o.hf_export = a.str("export", "");
+    o.export_dtype = a.str("export-dtype", "");
+    const std::string device = a.str("device", "cpu");
+    strata::expects<strata::config_error>(device == "cpu" || device == "cuda",
+                                          [&] { return "--device " + device + " is not one of cpu, cuda"; });
+
+    examples::loop_options lo;
+    lo.read(a, 10, 8);
+    lo.export_path.clear();  // --export is a Hugging Face directory here, written by run
+    strata::runtime_policies pol;
+    pol.zero_stage = static_cast<int>(a.integer("zero", 0));
+    pol.offload = a.flag("offload");
+    pol.precision = a.str("precision", "fp32");
+    pol.schedule = a.str("schedule", "1f1b");
+    o.tp = static_cast<int>(a.integer("tp", 1));
+    o.pp = static_cast<int>(a.integer("pp", 1));
+    strata::trainer_options opts;
+    opts.micro_batches = static_cast<int>(a.integer("micro-batches", 1));
+    opts.lr = static_cast<float>(a.real("lr", 1e-5));
+    opts.max_grad_norm = static_cast<float>(a.real("clip", 0.0));
+    opts.seed = lo.seed;
+    opts.bucket_elems = static_cast<std::size_t>(a.integer("bucket", 1 << 22));
+    const long warmup = a.integer("warmup", 0);
+    opts.schedule =
+        warmup > 0 ? strata::lr_schedule::linear_warmup(0.0, opts.lr, warmup) : strata::lr_schedule::constant(opts.lr);
+    const int world = plan ? static_cast<int>(a.integer("world", env.size())) : env.size();
+    if (model.rfind("random:", 0) == 0) {
+      o.model = strata::models::qwen2_config::load(random_config(model.substr(7)));
+    } else if (!model.empty()) {
+      o.model_dir = model;
+      o.model = strata::models::qwen2_config::load(model);
+    }
+    // What Hugging Face's ds_config templates leave "auto", from these options as the HF
+    // Trainer fills them (clipping 1.0 unless --clip says otherwise).
+    strata::config_auto_values autos;
+    autos.lr = opts.lr;
+    autos.weight_decay = o.weight_decay;
+    autos.warmup_steps = warmup;
+    autos.total_steps = lo.steps;
+    autos.train_batch_size = lo.batch;
+    autos.gradient_accumulation_steps = opts.micro_batches;
+    const long dp = world / std::max(1, o.tp * o.pp);
+    if (dp > 0 && lo.batch % (dp * opts.micro_batches) == 0)
+      autos.micro_batch_size = lo.batch / dp / opts.micro_batches;
+    autos.precision = pol.precision;
+    if (o.model.hidden_size > 0) autos.hidden_size = o.model.hidden_size;
+    autos.max_grad_norm = a.has("clip") ? opts.max_grad_norm : 1.0;
+    const auto cc = examples::apply_config(a, "qwen2", env.rank(), world, pol, opts, lo.batch, &o.tp, &o.pp, &autos);
+    a.check_all_used();
+    if (o.data.empty() && !plan) throw examples::usage_error("--data is required (a token file; see prepare.py)");
+    if (model.empty()) throw examples::usage_error("--model is required (a Hugging Face directory or random:CONFIG)");
+    examples::print_resolved_config(cc, "qwen2", env.rank());
+    if (o.export_dtype.empty()) o.export_dtype = o.model.torch_dtype == "bfloat16" ? "bf16" : "fp32";
+    strata::expects<strata::config_error>(o.export_dtype == "fp32" || o.export_dtype == "bf16", [&] {
+      return "--export-dtype " + o.export_dtype + " is not one of fp32, bf16";
+    });
+    opts.validate();
+    strata::expects<strata::config_error>(pol.optimizer == "adamw", [&] {
+      return strata::cat("qwen2 fine-tunes with AdamW; the config asks for ", pol.optimizer);
+    });
+    strata::expects<strata::config_error>(o.seq > 0 && o.seq <= o.model.max_position_embeddings, [&] {
+      return strata::cat("--seq ", o.seq, " is not in [1, max_position_embeddings = ", o.model.max_position_embeddings,
+                         "] of ", o.model.source);
+    });
+    strata::expects<strata::config_error>(world % (o.tp * o.pp) == 0, [&] {
+      return strata::cat("tp x pp = ", o.tp, " x ", o.pp, " does not divide ", world, " processes");
+    });
+    o.model.validate(o.model.source, o.tp);
+    if (plan) {
+      if (env.rank() == 0) qwen2::print_plan(o, lo, opts, pol, world, device == "cuda");
+      return 0;
+    }
+    const qwen2::run_args ra{env, o, lo, opts, cc, pol};
+    if (device == "cuda") return qwen2::run_cuda(ra);
+    if (pol.precision == "bf16") return qwen2::run_host_bf16(ra);
+    if (pol.precision == "fp16") return qwen2::run_host_fp16(ra);
+    strata::expects<strata::config_error>(pol.precision == "fp32", [&] {
+      return strata::cat("--precision ", pol.precision, " is not one of fp32, bf16, fp16");
+    });
+    return qwen2::run_host_fp32(ra);
+  });
+}

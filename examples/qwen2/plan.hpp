@@ -1,0 +1,149 @@
+// qwen2 --plan: each rank's bytes for a layout, before launch and without allocating the
+// model: the parameter state from strata::plan_memory, the activations from the shapes
+// of what Qwen2's layers keep per micro-batch (docs/architecture.md, "Memory").
+#pragma once
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <strata/models/qwen2.hpp>
+#include <strata/train/memory_plan.hpp>
+
+#include "../common/loop.hpp"
+#include "run.hpp"
+
+namespace qwen2 {
+
+// The bytes the layers [first, end) of the model (embedding 0, decoder layers 1..L, norm
+// L + 1, head L + 2, loss L + 3) hold over a step: per schedule slot in use, each layer's
+// output and cache (what its backward reads and the gradients it makes inside); once, the
+// gradients between layers and the last stage's targets. rows is a micro-batch's.
+inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::size_t rows, std::size_t seq, int tp,
+                                    std::size_t first, std::size_t end, std::size_t slots, bool device) {
+  const std::size_t L = static_cast<std::size_t>(c.num_hidden_layers), N = rows * seq;
+  const std::size_t D = static_cast<std::size_t>(c.hidden_size), hd = static_cast<std::size_t>(c.head_dim());
+  const std::size_t H = static_cast<std::size_t>(c.num_attention_heads / tp);
+  const std::size_t KV = static_cast<std::size_t>(c.num_key_value_heads / tp);
+  const std::size_t I = static_cast<std::size_t>(c.intermediate_size / tp);
+  const std::size_t V = static_cast<std::size_t>(c.vocab_size / tp);
+  // The scores' gradient scratch: one (batch, head) pair at a time on the host; a GPU
+  // batches the heads of a batch row (no grouping) or the batch rows of a head.
+  const std::size_t inner = !device ? 1 : (H == KV && H >= rows ? H : rows);
+  std::size_t per_slot = 0, shared = 0;  // floats
+  for (std::size_t l = first; l < end; ++l) {
+    if (l == 0) {  // embedding: output; its "input gradient" has the ids' shape
+      per_slot += N * D;
+      shared += N;
+    } else if (l <= L) {                                                        // decoder layer
+      const std::size_t attention = N * H * hd * 4                              // q, attended, d_attended, dq
+                                    + N * KV * hd * 4                           // k, v, dk, dv
+                                    + seq * hd                                  // cos, sin
+                                    + rows * H * seq * seq + inner * seq * seq  // probs, d_scores
+                                    + N * D * 2 + N;                            // dx_k, dx_v; the norm's rstd
+      const std::size_t mlp = N * I * 6 + N * D + N;    // gate, up, h and their gradients; dx_up; rstd
+      per_slot += N * D + attention + mlp + N * D * 6;  // output; n1, h, n2 and their gradients
+      shared += N * D;
+    } else if (l == L + 1) {  // final norm
+      per_slot += N * D + N;
+      shared += N * D;
+    } else if (l == L + 2) {  // head: logits
+      per_slot += N * V;
+      shared += N * D;
+    } else {                              // loss: row max, log-sum, target (f32); row loss, two sums (f64)
+      per_slot += 1 + 3 * N + 2 * N * 3;  // in floats
+      shared += N * V + N + 1;            // dlogits; the targets; the loss's seed
+    }
+  }
+  // The stage's input: ids on the first stage, the previous stage's output elsewhere; the
+  // gradient a later stage sends back.
+  per_slot += first == 0 ? N : N * D;
+  if (end != L + 4) shared += N * D;
+  return (per_slot * slots + shared) * sizeof(float);
+}
+
+// Schedule slots a stage keeps: one without a pipeline, K with GPipe, pp - stage with 1F1B.
+inline std::size_t slots_in_use(int pp, int stage, int micro_batches, const std::string& schedule) {
+  if (pp == 1) return 1;
+  if (schedule == "gpipe") return static_cast<std::size_t>(micro_batches);
+  return static_cast<std::size_t>(std::min(micro_batches, pp - stage));
+}
+
+// The plan of every stage, for the chosen ZeRO stage and for 0-3 side by side.
+inline nlohmann::json plan_json(const run_options& o, const examples::loop_options& lo,
+                                const strata::trainer_options& opts, const strata::runtime_policies& pol, int world,
+                                bool device) {
+  strata::plan_layout l;
+  l.tp = o.tp;
+  l.pp = o.pp;
+  l.dp = world / (o.tp * o.pp);
+  l.mixed = pol.precision != "fp32";
+  l.device = device;
+  l.bucket_elems = opts.bucket_elems;
+  l.pipeline_cuts = opts.pipeline_cuts;
+  const std::size_t rows = static_cast<std::size_t>(lo.batch / l.dp / opts.micro_batches);
+  nlohmann::json j;
+  j["layout"] = {{"world", world},
+                 {"tp", l.tp},
+                 {"dp", l.dp},
+                 {"pp", l.pp},
+                 {"zero", pol.zero_stage},
+                 {"offload", pol.offload},
+                 {"precision", pol.precision},
+                 {"micro_batches", opts.micro_batches},
+                 {"rows_per_micro_batch", rows},
+                 {"seq", o.seq}};
+  for (int z = 0; z <= 3; ++z) {
+    l.zero_stage = z;
+    l.offload = pol.offload && z > 0;
+    nlohmann::json stages = nlohmann::json::array();
+    for (int s = 0; s < l.pp; ++s) {
+      auto m = strata::models::make_qwen2(o.model, 0, l.tp);
+      std::pair<std::size_t, std::size_t> layers;
+      strata::plan_memory(m, l, s, 0, &layers);  // this stage's layers first
+      const std::size_t act =
+          activation_bytes(o.model, rows, static_cast<std::size_t>(o.seq), l.tp, layers.first, layers.second,
+                           slots_in_use(l.pp, s, opts.micro_batches, pol.schedule), device);
+      auto r = strata::plan_memory(m, l, s, act).to_json();
+      r["layers"] = {layers.first, layers.second};
+      stages.push_back(r);
+    }
+    j["zero"][std::to_string(z)] = stages;
+  }
+  return j;
+}
+
+inline void print_plan(const run_options& o, const examples::loop_options& lo, const strata::trainer_options& opts,
+                       const strata::runtime_policies& pol, int world, bool device) {
+  const nlohmann::json j = plan_json(o, lo, opts, pol, world, device);
+  const auto& lay = j["layout"];
+  std::printf(
+      "memory plan per rank (MiB): %d processes = tp %d x dp %d x pp %d, %s, %d micro-batches of %zu x %ld "
+      "tokens%s\n",
+      world, lay["tp"].get<int>(), lay["dp"].get<int>(), lay["pp"].get<int>(), pol.precision.c_str(),
+      opts.micro_batches, lay["rows_per_micro_batch"].get<std::size_t>(), o.seq,
+      pol.offload ? ", optimizer offloaded to host memory (ZeRO 1-3)" : "");
+  const char* cats[] = {"params", "grads", "master", "optimizer_states", "comm_buffers", "activations", "total"};
+  for (std::size_t s = 0; s < j["zero"]["0"].size(); ++s) {
+    if (j["zero"]["0"].size() > 1) std::printf("pipeline stage %zu:\n", s);
+    std::printf("  %-18s", "");
+    for (int z = 0; z <= 3; ++z) std::printf("  %s%9s%d", z == pol.zero_stage ? "*" : " ", "ZeRO-", z);
+    std::printf("\n");
+    for (const char* c : cats) {
+      std::printf("  %-18s", c);
+      for (int z = 0; z <= 3; ++z) {
+        const auto& r = j["zero"][std::to_string(z)][s];
+        std::printf("  %15.1f", r.value(c, 0.0) / (1 << 20));
+      }
+      std::printf("\n");
+    }
+    std::printf("  %-18s", "of which host");
+    for (int z = 0; z <= 3; ++z)
+      std::printf("  %15.1f", j["zero"][std::to_string(z)][s].value("host_offloaded", 0.0) / (1 << 20));
+    std::printf("\n");
+  }
+  std::printf("(* the chosen stage; the trainer's report after a step holds these numbers)\n");
+  examples::write_report(lo.report, j);
+}
+
+}  // namespace qwen2

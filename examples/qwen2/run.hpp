@@ -1,0 +1,200 @@
+// examples/qwen2: one fine-tuning run under fixed policies, shared by the host
+// translation units (run_fp32.cpp, run_bf16.cpp, run_fp16.cpp: one per precision, so
+// that the build compiles them in parallel) and the CUDA one (run_cuda.cu).
+#pragma once
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <strata/data/windows.hpp>
+#include <strata/models/qwen2.hpp>
+#include <strata/models/qwen2_io.hpp>
+#include <strata/strata.hpp>
+
+#include "../common/config.hpp"
+#include "../common/device.hpp"
+#include "../common/loop.hpp"
+
+namespace qwen2 {
+
+// Everything the command line decides, read by main.cpp.
+struct run_options {
+  strata::models::qwen2_config model;
+  std::string model_dir;  // empty for random:CONFIG (random initialisation)
+  std::string tokenizer_dir;
+  std::string data, mask, val, val_mask;
+  long val_every = 0, val_steps = 8;
+  std::optional<std::uint64_t> shuffle;
+  long seq = 256;
+  int tp = 1, pp = 1;
+  float weight_decay = 0.01f;
+  std::string hf_export, export_dtype;
+};
+
+struct run_args {
+  strata::environment& env;
+  const run_options& o;
+  const examples::loop_options& lo;
+  const strata::trainer_options& opts;
+  const examples::config_choice& cc;
+  const strata::runtime_policies& pol;
+};
+
+// The host runs, one function per precision (run_<precision>.cpp), and the CUDA one.
+int run_host_fp32(const run_args& a);
+int run_host_bf16(const run_args& a);
+int run_host_fp16(const run_args& a);
+STRATA_EXAMPLE_RUN_CUDA(run_args);
+
+// This process's peak resident memory (VmHWM), in bytes: what the memory report is held to.
+inline std::size_t peak_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string key;
+  while (f >> key) {
+    if (key == "VmHWM:") {
+      std::size_t kb = 0;
+      f >> kb;
+      return kb * 1024;
+    }
+    std::getline(f, key);
+  }
+  return 0;
+}
+
+// The files a Hugging Face directory needs besides the weights, copied from the model's
+// (or --tokenizer's) directory so that the export loads with its tokenizer.
+inline void copy_tokenizer_files(const std::string& from, const std::filesystem::path& to) {
+  if (from.empty()) return;
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                        "merges.txt", "generation_config.json"}) {
+    const auto src = std::filesystem::path(from) / f;
+    if (std::filesystem::exists(src))
+      std::filesystem::copy_file(src, to / f, std::filesystem::copy_options::overwrite_existing);
+  }
+}
+
+template <class Space, class Sharding, class Precision, class Schedule>
+int run(const run_args& a) {
+  using namespace strata;
+  const run_options& o = a.o;
+  grid g(a.env.world(), {.tensor = o.tp, .pipeline = o.pp});
+  const int dp = g.dp_size(), rank = a.env.rank();
+  a.lo.validate(dp, a.opts.micro_batches);
+  // The data first: a bad file fails before the model is allocated.
+  const token_file tokens(o.data);
+  tokens.check_below(static_cast<std::uint64_t>(o.model.vocab_size), "model's vocab_size");
+  token_windows train_windows(tokens, o.seq, a.lo.batch, o.shuffle);
+  std::optional<token_file> mask, val, val_mask;
+  if (!o.mask.empty()) train_windows.set_mask(mask.emplace(o.mask));
+  std::optional<token_windows> val_windows;
+  if (!o.val.empty()) {
+    val.emplace(o.val).check_below(static_cast<std::uint64_t>(o.model.vocab_size), "model's vocab_size");
+    val_windows.emplace(*val, o.seq, a.lo.batch);
+    if (!o.val_mask.empty()) val_windows->set_mask(val_mask.emplace(o.val_mask));
+  }
+
+  adamw opt = a.cc.cfg ? a.cc.template optimizer<adamw>() : adamw{.weight_decay = o.weight_decay};
+  trainer<models::qwen2, Space, Sharding, adamw, Precision, Schedule> tr(
+      g, models::make_qwen2(o.model, g.tp_rank(), g.tp_size()), a.opts, opt);
+  if (!o.model_dir.empty() && a.lo.load.empty()) models::load_qwen2_weights(tr, o.model_dir);
+
+  const auto fill = [&](const token_windows& w, long step, batch<>& b) {
+    w.fill(static_cast<std::uint64_t>(step), g.dp_rank(), dp, b.inputs, b.targets);
+  };
+  // Validation: the mean loss over the first val_steps batches of the validation file.
+  nlohmann::json val_losses = nlohmann::json::array();
+  batch<> vb;
+  const auto validate = [&](long step) {
+    if (!val_windows) return;
+    const long n = std::max<long>(
+        1, std::min<long>(a.o.val_steps,
+                          static_cast<long>(val_windows->windows() / static_cast<std::uint64_t>(a.lo.batch))));
+    double sum = 0;
+    for (long s = 0; s < n; ++s) {
+      fill(*val_windows, s, vb);
+      sum += tr.evaluate(vb);
+    }
+    const double loss = sum / static_cast<double>(n);
+    val_losses.push_back({{"step", step}, {"loss", loss}});
+    if (rank == 0 && !a.lo.quiet) std::printf("validation at step %ld: loss %.6f over %ld batches\n", step, loss, n);
+  };
+
+  const double tokens_per_step = static_cast<double>(a.lo.batch) * static_cast<double>(o.seq);
+  const auto r = examples::train_loop(
+      tr, a.lo, rank, [&](long step, batch<>& b) { fill(train_windows, step, b); },
+      [&](long done) {
+        if (o.val_every > 0 && done % o.val_every == 0) validate(done);
+      });
+  if (val_windows && (o.val_every <= 0 || a.lo.steps % o.val_every != 0)) validate(a.lo.steps);
+  if (!o.hf_export.empty()) {
+    const dtype as = o.export_dtype == "bf16" ? dtype::bf16 : dtype::f32;
+    models::export_qwen2(tr, o.hf_export, o.model, as);
+    if (rank == 0) {
+      copy_tokenizer_files(o.tokenizer_dir.empty() ? o.model_dir : o.tokenizer_dir, o.hf_export);
+      std::printf("exported a Hugging Face directory to %s (%s)\n", o.hf_export.c_str(), o.export_dtype.c_str());
+    }
+  }
+
+  // Tokens per second over the steps after the first (which pays for first touches).
+  double seconds = 0;
+  for (std::size_t i = r.seconds.size() > 1 ? 1 : 0; i < r.seconds.size(); ++i) seconds += r.seconds[i];
+  const std::size_t timed = r.seconds.size() > 1 ? r.seconds.size() - 1 : r.seconds.size();
+  const double tokens_per_s = seconds > 0 ? tokens_per_step * static_cast<double>(timed) / seconds : 0;
+  // Every rank's memory report (and pipeline stage, and peak resident bytes), gathered.
+  const nlohmann::json mem = tr.memory().to_json();
+  const char* const cats[] = {"params", "grads", "master", "optimizer_states", "comm_buffers", "activations", "total"};
+  std::vector<double> mine;
+  for (const char* c : cats) mine.push_back(mem.value(c, 0.0));
+  mine.push_back(static_cast<double>(peak_rss_bytes()));
+  mine.push_back(g.pp_rank());
+  const std::size_t per = mine.size();
+  std::vector<double> all(per * static_cast<std::size_t>(a.env.size()));
+  a.env.world().all_gather(std::span<const double>(mine), std::span<double>(all));
+  if (rank == 0) {
+    std::printf("final loss %.6f  weights_hash %s  tp %d dp %d pp %d  %s/%s/%s  %.0f tokens/s  params %zu\n",
+                static_cast<double>(r.last.loss), r.hash.c_str(), o.tp, dp, o.pp, Sharding::name, Precision::name,
+                Schedule::name, tokens_per_s, r.params);
+    auto j = examples::base_report(tr, r);
+    j["val_losses"] = val_losses;
+    j["tokens_per_s"] = tokens_per_s;
+    j["step_seconds"] = r.seconds;
+    j["layout"] = {{"tp", o.tp},
+                   {"dp", dp},
+                   {"pp", o.pp},
+                   {"zero", Sharding::name},
+                   {"precision", Precision::name},
+                   {"schedule", Schedule::name},
+                   {"micro_batches", a.opts.micro_batches},
+                   {"seq", o.seq},
+                   {"batch", a.lo.batch},
+                   {"zero_stage", a.pol.zero_stage},
+                   {"offload", a.pol.offload}};
+    j["memory"]["peak_rss_bytes"] = mine[per - 2];
+    nlohmann::json ranks = nlohmann::json::array();
+    for (std::size_t k = 0; k < static_cast<std::size_t>(a.env.size()); ++k) {
+      nlohmann::json rep;
+      for (std::size_t c = 0; c < std::size(cats); ++c) rep[cats[c]] = all[k * per + c];
+      ranks.push_back({{"rank", k},
+                       {"pp_rank", static_cast<int>(all[k * per + per - 1])},
+                       {"report", rep},
+                       {"peak_rss_bytes", all[k * per + per - 2]}});
+    }
+    j["memory_per_rank"] = ranks;
+    examples::write_report(a.lo.report, j);
+  }
+  return 0;
+}
+
+// Calls run with the sharding and schedule the policies name, in one precision.
+template <class Space, class Precision>
+int dispatch_run(const run_args& a) {
+  return strata::dispatch_sharding_schedule(a.pol, [&](auto s, auto sc) {
+    return run<Space, typename decltype(s)::type, Precision, typename decltype(sc)::type>(a);
+  });
+}
+
+}  // namespace qwen2

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The qwen2 program as a user runs it, on the demo's byte-level model and the repo's text:
+# prepare.py's token and mask files train at 4 processes (ZeRO-3 + offload) with the loss
+# falling; the report has its keys; --plan equals the trainer's memory report within 2 %
+# at several layouts; a resumed run ends bitwise where an uninterrupted one does (also at
+# another ZeRO stage); the export reads back through the safetensors package; bad input
+# fails before training, naming what is wrong.
+# usage: qwen2.sh QWEN2_BINARY MPIEXEC WORK_DIR SOURCE_DIR
+set -euo pipefail
+qwen2=$1 mpiexec=$2 work=$3 src=$4
+rm -rf "$work" && mkdir -p "$work"
+
+"$qwen2" --help | grep -q "usage: mpiexec -n N qwen2"
+if "$qwen2" --bogus 1 2>"$work/bad.err"; then echo "a bad option must fail"; exit 1; else test $? -eq 2; fi
+grep -q "qwen2: error: unknown option --bogus" "$work/bad.err" && grep -q "^usage:" "$work/bad.err"
+
+python3 "$src/examples/qwen2/byte_tokenizer.py" --out "$work/tok" >/dev/null
+python3 "$src/examples/qwen2/prepare.py" --model "$work/tok" --out "$work/text" "$src"/examples/qwen2/data/*.txt \
+  "$src/examples/qwen2/data/qa.jsonl" >/dev/null
+data=(--model random:demo --tokenizer "$work/tok" --data "$work/text.train.bin" --mask "$work/text.train.mask.bin")
+
+# Training with a mask and validation; the loss falls.
+"$mpiexec" -n 4 "$qwen2" "${data[@]}" --val "$work/text.val.bin" --val-mask "$work/text.val.mask.bin" --val-every 6 \
+  --seq 64 --batch 8 --steps 12 --lr 3e-3 --zero 3 --offload --quiet --export "$work/hf" --report "$work/train.json"
+
+# Plan against report: the same layout options, --plan first.
+layouts=("--zero 0" "--zero 3 --precision bf16" "--tp 2 --zero 1 --micro-batches 2" "--pp 2 --zero 2 --schedule gpipe --micro-batches 2")
+i=0
+for l in "${layouts[@]}"; do
+  # shellcheck disable=SC2086
+  "$qwen2" --plan --world 4 "${data[@]}" --seq 64 --batch 8 $l --report "$work/plan$i.json" >"$work/plan$i.txt"
+  # shellcheck disable=SC2086
+  "$mpiexec" -n 4 "$qwen2" "${data[@]}" --seq 64 --batch 8 --steps 2 $l --quiet --report "$work/run$i.json"
+  i=$((i + 1))
+done
+
+# Resume: 3 steps, save, load, 3 more == 6 steps straight; loading at another ZeRO stage too.
+common=("${data[@]}" --seq 64 --batch 8 --lr 3e-3 --shuffle 5 --quiet)
+"$mpiexec" -n 4 "$qwen2" "${common[@]}" --zero 3 --steps 6 --report "$work/straight.json"
+"$mpiexec" -n 4 "$qwen2" "${common[@]}" --zero 3 --steps 3 --save "$work/ckpt"
+"$mpiexec" -n 4 "$qwen2" "${common[@]}" --zero 3 --steps 6 --load "$work/ckpt" --report "$work/resumed.json"
+"$mpiexec" -n 4 "$qwen2" "${common[@]}" --zero 1 --steps 6 --load "$work/ckpt" --report "$work/resharded.json"
+
+# Bad input, each an error before training (exit 2).
+bad() {
+  local says=$1
+  shift
+  if "$qwen2" "$@" >"$work/bad.out" 2>&1; then echo "should have failed: $*"; exit 1; fi
+  grep -q -- "$says" "$work/bad.out" || { echo "expected '$says' in:"; cat "$work/bad.out"; exit 1; }
+}
+bad "is not in \[1, max_position_embeddings = 512\]" "${data[@]}" --seq 1024 --steps 1
+bad "must be a positive multiple of data-parallel ranks x micro-batches" "${data[@]}" --seq 64 --batch 5 --micro-batches 2 --steps 1
+python3 - "$work/big.bin" <<'PY'
+import struct, sys
+tokens = [1, 2, 300, 4] * 40
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, len(tokens), *([0] * 253)))
+    f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+PY
+bad "big.bin: token 300 at offset 1028 (token 2) is not below the model's vocab_size 258" --model random:demo \
+  --data "$work/big.bin" --seq 16 --batch 2 --steps 1
+
+python3 - "$work" <<'PY'
+import json, os, sys
+work = sys.argv[1]
+r = json.load(open(os.path.join(work, "train.json")))
+for key in ("losses", "val_losses", "tokens_per_s", "memory", "weights_hash", "memory_per_rank", "layout"):
+    assert key in r, f"the report lacks {key}"
+losses = r["losses"]
+assert len(losses) == 12 and losses[-1] < losses[0] - 0.5, f"the loss does not fall: {losses}"
+assert [v["step"] for v in r["val_losses"]] == [6, 12], r["val_losses"]
+assert r["tokens_per_s"] > 0
+print(f"train: loss {losses[0]:.3f} -> {losses[-1]:.3f}, validation {r['val_losses'][-1]['loss']:.3f}")
+
+# --plan against the trainer's report, every category of every rank's stage within 2 %.
+for i in range(4):
+    plan = json.load(open(os.path.join(work, f"plan{i}.json")))
+    run = json.load(open(os.path.join(work, f"run{i}.json")))
+    zero = str(run["layout"]["zero_stage"])
+    stages = plan["zero"][zero]
+    for rank in run["memory_per_rank"]:
+        want = stages[rank["pp_rank"]]
+        got = rank["report"]
+        for cat in ("params", "grads", "master", "optimizer_states", "comm_buffers", "activations", "total"):
+            p, g = want.get(cat, 0), got.get(cat, 0)
+            assert abs(p - g) <= 0.02 * max(g, 1), f"layout {i} rank {rank['rank']}: {cat} planned {p}, reported {g}"
+    print(f"plan {i} ({run['layout']}): every rank's report within 2 % of the plan, "
+          f"total {stages[0]['total'] / 2**20:.2f} MiB on stage 0")
+
+straight = json.load(open(os.path.join(work, "straight.json")))
+resumed = json.load(open(os.path.join(work, "resumed.json")))
+resharded = json.load(open(os.path.join(work, "resharded.json")))
+assert resumed["weights_hash"] == straight["weights_hash"], (resumed["weights_hash"], straight["weights_hash"])
+assert resumed["losses"] == straight["losses"][3:], (resumed["losses"], straight["losses"])
+assert resharded["weights_hash"] == straight["weights_hash"], "a ZeRO-3 checkpoint resumed at ZeRO-1"
+print("resume: bitwise the uninterrupted run, at ZeRO-3 and resharded to ZeRO-1")
+
+# The export through the safetensors package: every tensor of the config, transformers' names.
+from safetensors.numpy import load_file
+cfg = json.load(open(os.path.join(work, "hf", "config.json")))
+t = load_file(os.path.join(work, "hf", "model.safetensors"))
+D, V, L = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
+assert cfg["model_type"] == "qwen2" and t["model.embed_tokens.weight"].shape == (V, D)
+assert "lm_head.weight" not in t  # tied, as transformers saves it
+assert len(t) == 2 + L * 12, sorted(t)
+assert os.path.exists(os.path.join(work, "hf", "tokenizer.json"))
+print(f"export: {len(t)} tensors read by safetensors")
+PY
+echo "qwen2: ok"
