@@ -22,6 +22,7 @@ struct loop_options {
   std::string report, save, load, export_path, init_path;
   long save_every = 0;
   bool quiet = false;
+  double tokens_per_sample = 0;  // a language model's sequence: progress in tokens/s
 
   // Reads the common options with this program's defaults.
   void read(args& a, long default_steps, long default_batch) {
@@ -79,7 +80,8 @@ loop_result train_loop(
     r.seconds.push_back(r.last.seconds);
     r.idle_seconds += r.last.idle_seconds;
     r.step_seconds += r.last.seconds;
-    if (world_rank == 0 && !o.quiet) std::printf("%s\n", strata::progress_line(r.last, o.steps).c_str());
+    if (world_rank == 0 && !o.quiet)
+      std::printf("%s\n", strata::progress_line(r.last, o.steps, o.tokens_per_sample).c_str());
     const bool periodic = o.save_every > 0 && (s + 1) % o.save_every == 0;
     if (!o.save.empty() && (periodic || s + 1 == o.steps)) tr.save(o.save, {{"data_position", (s + 1) * o.batch}});
     after_step(s + 1);

@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
 
     examples::loop_options lo;
     lo.read(a, 10, 8);
+    lo.tokens_per_sample = static_cast<double>(o.seq);
     lo.export_path.clear();  // --export is a Hugging Face directory here, written by run
     strata::runtime_policies pol;
     pol.zero_stage = static_cast<int>(a.integer("zero", 0));
