@@ -87,7 +87,7 @@ loop_result train_loop(
     after_step(s + 1);
   }
   if (!o.export_path.empty()) strata::export_safetensors(tr, o.export_path);
-  r.hash = strata::hex64(strata::weights_hash(tr, &r.params));
+  r.hash = strata::hex64(strata::weights_hash_of(tr, &r.params));
   return r;
 }
 

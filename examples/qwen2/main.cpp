@@ -85,7 +85,8 @@ int main(int argc, char** argv) {
     o.pp = static_cast<int>(a.integer("pp", 1));
     strata::trainer_options opts;
     opts.micro_batches = static_cast<int>(a.integer("micro-batches", 1));
-    opts.lr = static_cast<float>(a.real("lr", 1e-5));
+    const double lr = a.real("lr", 1e-5);
+    opts.lr = static_cast<float>(lr);
     opts.max_grad_norm = static_cast<float>(a.real("clip", 0.0));
     opts.seed = lo.seed;
     opts.bucket_elems = static_cast<std::size_t>(a.integer("bucket", 1 << 22));
@@ -102,7 +103,7 @@ int main(int argc, char** argv) {
     // What Hugging Face's ds_config templates leave "auto", from these options as the HF
     // Trainer fills them (clipping 1.0 unless --clip says otherwise).
     strata::config_auto_values autos;
-    autos.lr = opts.lr;
+    autos.lr = lr;
     autos.weight_decay = o.weight_decay;
     autos.warmup_steps = warmup;
     autos.total_steps = lo.steps;

@@ -41,6 +41,14 @@ common=("${data[@]}" --seq 64 --batch 8 --lr 3e-3 --shuffle 5 --quiet)
 "$mpiexec" -n 4 "$qwen2" "${common[@]}" --zero 3 --steps 6 --load "$work/ckpt" --report "$work/resumed.json"
 "$mpiexec" -n 4 "$qwen2" "${common[@]}" --zero 1 --steps 6 --load "$work/ckpt" --report "$work/resharded.json"
 
+# Hugging Face's DeepSpeed templates as they are: every "auto" filled from the options.
+for t in hf_zero2_auto hf_zero3_auto; do
+  "$mpiexec" -n 4 "$qwen2" "${data[@]}" --seq 64 --batch 8 --steps 2 --lr 3e-3 --quiet \
+    --config "$src/tests/data/configs/$t.json" >"$work/$t.out"
+  grep -q '"auto" filled by the program: .*optimizer.params.lr' "$work/$t.out"
+  grep -q '"lr":0.003,' "$work/$t.out"
+done
+
 # Bad input, each an error before training (exit 2).
 bad() {
   local says=$1

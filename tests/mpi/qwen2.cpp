@@ -91,6 +91,8 @@ run_result train(grid<world_comm>& g, const models::qwen2_config& cfg, bool mask
   run_result r;
   for (int s = 0; s < steps; ++s) r.losses.push_back(tr.step(b).loss);
   r.master = tr.gather_master();
+  // The streamed hash (no rank holds the model) is the hash of the gathered one.
+  CHECK(weights_hash_of(tr) == weights_hash(r.master));
   return r;
 }
 

@@ -36,8 +36,7 @@ inline std::uint64_t weights_hash(std::span<const float> w) {
 // The hash of a trainer's whole model (what weights_hash(tr.gather_master()) gives),
 // streamed: no rank holds the model (collective). Also its element count.
 template <class Trainer>
-requires requires(Trainer& tr) { tr.for_each_weight_piece([](std::size_t, std::size_t, std::span<const float>) {}); }
-std::uint64_t weights_hash(Trainer& tr, std::size_t* elements = nullptr) {
+std::uint64_t weights_hash_of(Trainer& tr, std::size_t* elements = nullptr) {
   weights_hasher h;
   std::size_t n = 0;
   tr.for_each_weight_piece([&](std::size_t, std::size_t, std::span<const float> v) {
