@@ -127,19 +127,19 @@ inline void print_plan(const run_options& o, const examples::loop_options& lo, c
   for (std::size_t s = 0; s < j["zero"]["0"].size(); ++s) {
     if (j["zero"]["0"].size() > 1) std::printf("pipeline stage %zu:\n", s);
     std::printf("  %-18s", "");
-    for (int z = 0; z <= 3; ++z) std::printf("  %s%9s%d", z == pol.zero_stage ? "*" : " ", "ZeRO-", z);
+    for (int z = 0; z <= 3; ++z) std::printf("  %14s%d%s", "ZeRO-", z, z == pol.zero_stage ? "*" : " ");
     std::printf("\n");
     for (const char* c : cats) {
       std::printf("  %-18s", c);
       for (int z = 0; z <= 3; ++z) {
         const auto& r = j["zero"][std::to_string(z)][s];
-        std::printf("  %15.1f", r.value(c, 0.0) / (1 << 20));
+        std::printf("  %15.1f ", r.value(c, 0.0) / (1 << 20));
       }
       std::printf("\n");
     }
     std::printf("  %-18s", "of which host");
     for (int z = 0; z <= 3; ++z)
-      std::printf("  %15.1f", j["zero"][std::to_string(z)][s].value("host_offloaded", 0.0) / (1 << 20));
+      std::printf("  %15.1f ", j["zero"][std::to_string(z)][s].value("host_offloaded", 0.0) / (1 << 20));
     std::printf("\n");
   }
   std::printf("(* the chosen stage; the trainer's report after a step holds these numbers)\n");

@@ -83,6 +83,7 @@ class bucket_plan {
       offset += b.size;
       shard += b.piece;
       max_bucket_ = std::max(max_bucket_, b.size);
+      slot_size_[i % 2] = std::max(slot_size_[i % 2], b.size);
       for (std::size_t l = b.first_layer; l < b.end_layer; ++l) layer_bucket_[l] = i;
     }
     total_ = offset;
@@ -99,6 +100,17 @@ class bucket_plan {
   std::size_t max_bucket() const noexcept { return max_bucket_; }
   std::size_t max_piece() const noexcept { return ranks_ ? max_bucket_ / static_cast<std::size_t>(ranks_) : 0; }
   std::size_t bucket_of_layer(std::size_t layer) const { return layer_bucket_.at(layer); }
+
+  // Buckets in flight (gathered params, gradient slots, their wire) take turns in two
+  // slots by parity: bucket b uses slot b % 2, sized for the largest bucket of its
+  // parity. Two slots of the largest bucket would cost a second copy of it wherever one
+  // layer dominates (Qwen2.5-0.5B's embedding and tied head are both even: 1.2 GB a rank).
+  std::size_t slot_elems() const noexcept { return slot_size_[0] + slot_size_[1]; }
+  std::size_t slot_offset(std::size_t b) const noexcept { return b % 2 ? slot_size_[0] : 0; }
+  std::size_t slot_piece_elems() const noexcept { return ranks_ ? slot_elems() / static_cast<std::size_t>(ranks_) : 0; }
+  std::size_t slot_piece_offset(std::size_t b) const noexcept {
+    return ranks_ ? slot_offset(b) / static_cast<std::size_t>(ranks_) : 0;
+  }
 
   // Offset in the padded buffer of an offset of the flat layout.
   std::size_t to_padded(std::size_t flat_offset) const {
@@ -159,6 +171,7 @@ class bucket_plan {
 
   int ranks_ = 1;
   std::size_t layers_ = 0, total_ = 0, shard_size_ = 0, max_bucket_ = 0;
+  std::size_t slot_size_[2] = {0, 0};
   std::vector<bucket> buckets_;
   std::vector<std::size_t> layer_bucket_;
   std::vector<padded_param> params_;

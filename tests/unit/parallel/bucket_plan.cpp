@@ -205,6 +205,14 @@ TEST_CASE("bucket plan: a layer larger than a bucket is a bucket of its own") {
   CHECK(plan.buckets()[1].end_layer == 2);
   CHECK(plan.buckets()[1].size == 512);
   CHECK(plan.max_bucket() == 512);
+  // Buckets take turns in two slots by parity: the big odd one and the largest even one
+  // (32 padded to 2 x 16), not two of the big one.
+  CHECK(plan.slot_elems() == 512 + 32);
+  CHECK(plan.slot_offset(0) == 0);
+  CHECK(plan.slot_offset(1) == 32);
+  CHECK(plan.slot_offset(2) == 0);
+  CHECK(plan.slot_piece_elems() == (512 + 32) / 2);
+  CHECK(plan.slot_piece_offset(1) == 16);
   check_plan(layout, 2, 100, 0, 3);
 }
 

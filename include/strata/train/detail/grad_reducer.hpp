@@ -55,15 +55,15 @@ class grad_reducer {
     float* region = grad_region(b);
     if constexpr (Types::precision::is_mixed) {
       // 16-bit gradients on the wire, as on a GPU; accumulation stays fp32.
-      compute_t* wire = state_.wire.data() + slot * plan_.max_bucket();
+      compute_t* wire = state_.wire.data() + plan_.slot_offset(b);
       dev_.eng->template narrow<compute_t>(region, wire, bk.size);
       pending_[slot].req = dev_.dp->reduce_scatter_async(
           std::span<const compute_t>(wire, bk.size),
-          std::span<compute_t>(state_.wire_out.data() + slot * plan_.max_piece(), bk.piece));
+          std::span<compute_t>(state_.wire_out.data() + plan_.slot_piece_offset(b), bk.piece));
     } else {
       pending_[slot].req =
           dev_.dp->reduce_scatter_async(std::span<const float>(region, bk.size),
-                                        std::span<float>(state_.reduced.data() + slot * plan_.max_piece(), bk.piece));
+                                        std::span<float>(state_.reduced.data() + plan_.slot_piece_offset(b), bk.piece));
     }
   }
 
@@ -75,9 +75,9 @@ class grad_reducer {
     const auto& bk = plan_.buckets()[p.bucket];
     float* acc = state_.grad_shard.data() + bk.shard_offset;
     if constexpr (Types::precision::is_mixed)
-      dev_.eng->widen_accumulate(state_.wire_out.data() + slot * plan_.max_piece(), acc, bk.piece, p.first);
+      dev_.eng->widen_accumulate(state_.wire_out.data() + plan_.slot_piece_offset(p.bucket), acc, bk.piece, p.first);
     else
-      dev_.eng->accumulate(acc, state_.reduced.data() + slot * plan_.max_piece(), bk.piece, p.first);
+      dev_.eng->accumulate(acc, state_.reduced.data() + plan_.slot_piece_offset(p.bucket), bk.piece, p.first);
   }
 
  private:
@@ -87,7 +87,7 @@ class grad_reducer {
     if constexpr (stage < 2)
       return state_.grads.data() + plan_.buckets()[b].offset;
     else
-      return state_.grads.data() + (b % 2) * plan_.max_bucket();
+      return state_.grads.data() + plan_.slot_offset(b);
   }
 
   struct pending_reduce {

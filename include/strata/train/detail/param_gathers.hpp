@@ -82,12 +82,12 @@ class param_gathers {
       return;
     }
     slot.req = dev_.dp->all_gather_async(std::span<const float>(state_.params.data() + bk.shard_offset, bk.piece),
-                                         std::span<float>(state_.live.data() + (b % 2) * plan_.max_bucket(), bk.size));
+                                         std::span<float>(state_.live.data() + plan_.slot_offset(b), bk.size));
   }
 
   void bind_live(std::size_t b) {
     const auto& bk = plan_.buckets()[b];
-    float* base = state_.live.data() + (b % 2) * plan_.max_bucket();
+    float* base = state_.live.data() + plan_.slot_offset(b);
     for (std::size_t l = bk.first_layer; l < bk.end_layer; ++l)
       params_.for_each_in_layer(l, [&](param<float>& p, std::size_t off) { p.data_ptr = base + (off - bk.offset); });
   }

@@ -35,7 +35,7 @@ struct state_sizes {
   static state_sizes of(const bucket_plan& plan, int stage, int state_slots, bool mixed, bool split) {
     state_sizes n;
     const std::size_t total = plan.total(), shard = plan.shard_size();
-    const std::size_t two_buckets = 2 * plan.max_bucket(), two_pieces = 2 * plan.max_piece();
+    const std::size_t two_buckets = plan.slot_elems(), two_pieces = plan.slot_piece_elems();
     n.params = stage < 3 ? total : shard;
     n.live = stage == 3 ? two_buckets : 0;  // ZeRO-3's gathered buckets, two in flight
     n.grads = stage < 2 ? total : two_buckets;

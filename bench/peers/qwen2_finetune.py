@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""The PyTorch + transformers peer of `qwen2` (examples/qwen2): the same model shape,
+the same token file and window contract, the same optimizer, on this machine's CPU, for
+the ratio in the README. Run by hand (never in CI), with torch and transformers from PyPI:
+
+    python3 bench/peers/qwen2_finetune.py --config examples/qwen2/configs/qwen2.5-0.5b.json \
+        --data text.train.bin --seq 256 --batch 2 --steps 3 --precision bf16 --report peer.json
+
+One process (torch's own threads, OMP_NUM_THREADS) trains Qwen2ForCausalLM from random
+weights with AdamW (weight decay 0.01 on tensors of rank >= 2, none on 1-D, constant lr),
+step s reading windows [s B, (s + 1) B) of seq + 1 tokens as strata does. The report has
+the losses, tokens/s over the steps after the first, and the peak resident memory
+(ru_maxrss) to compare with strata's `memory_per_rank`.
+"""
+import argparse
+import json
+import resource
+import struct
+import time
+
+import numpy as np
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+
+def read_tokens(path):
+    with open(path, "rb") as f:
+        header = struct.unpack("<256i", f.read(1024))
+        width = {(20240520, 1): np.uint16, (20240801, 7): np.uint32}[(header[0], header[1])]
+        return np.frombuffer(f.read(), dtype=width, count=header[2]).astype(np.int64)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", required=True, help="a Qwen2 config.json")
+    ap.add_argument("--data", required=True, help="a token file (llm.c layout)")
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="bf16",
+                    help="bf16: autocast of the forward, fp32 weights and optimizer (mixed precision)")
+    ap.add_argument("--report", default="")
+    a = ap.parse_args()
+
+    cfg = Qwen2Config(**{k: v for k, v in json.load(open(a.config)).items() if k != "architectures"})
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(cfg).train()
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=a.lr, fused=True)
+    tokens = read_tokens(a.data)
+    windows = (len(tokens) - 1) // a.seq
+    losses, seconds = [], []
+    for s in range(a.steps):
+        rows = [((s * a.batch + r) % windows) * a.seq for r in range(a.batch)]
+        w = torch.from_numpy(np.stack([tokens[i:i + a.seq + 1] for i in rows]))
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            logits = model(input_ids=w[:, :-1]).logits
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, cfg.vocab_size), w[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        seconds.append(time.perf_counter() - t0)
+        losses.append(loss.item())
+        print(f"step {s + 1}/{a.steps}  loss {loss.item():.6f}  {a.batch * a.seq / seconds[-1]:.4g} tokens/s", flush=True)
+    timed = seconds[1:] or seconds
+    r = {"losses": losses, "step_seconds": seconds, "tokens_per_s": a.batch * a.seq * len(timed) / sum(timed),
+         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+         "threads": torch.get_num_threads(), "torch": torch.__version__,
+         "params": sum(p.numel() for p in model.parameters())}
+    print(json.dumps({k: v for k, v in r.items() if k != "step_seconds"}))
+    if a.report:
+        json.dump(r, open(a.report, "w"), indent=2)
+
+
+if __name__ == "__main__":
+    main()
