@@ -4,26 +4,24 @@
 //   mpiexec -n 2 gpt --device cuda --tp 2 --zero 1   (one GPU per process; pp 1 on GPUs so far)
 #include <cstdio>
 #include <strata/strata.hpp>
+#include <string>
 
 #include "run.hpp"
 
 namespace {
-const char* const usage =
-    "usage: mpiexec -n N gpt [options]\n"
-    "Trains a small decoder-only transformer on a synthetic token stream on a tensor x data x\n"
-    "pipeline grid.\n"
-    "  --tp T --pp P  --zero 0..3 [--offload]  --schedule 1f1b|gpipe\n"
-    "  --layers L --dim D --heads H --vocab V --seq S  --bucket ELEMS\n"
-    "common options:\n"
-    "  --steps N  --batch B (global rows per step)  --seed S  --micro-batches K  --lr X\n"
-    "  --config ds_config.json (DeepSpeed's; decides policies, optimizer, batch sizes)\n"
-    "  --save DIR [--save-every N]  --load DIR  --export FILE.safetensors  --init FILE.safetensors\n"
-    "  --report FILE.json  --quiet  --device cpu|cuda  --help\n";
+const std::string usage =
+    std::string(
+        "usage: mpiexec -n N gpt [options]\n"
+        "Trains a small decoder-only transformer on a synthetic token stream on a tensor x data x\n"
+        "pipeline grid.\n"
+        "  --tp T --pp P  --zero 0..3 [--offload]  --schedule 1f1b|gpipe\n"
+        "  --layers L --dim D --heads H --vocab V --seq S  --bucket ELEMS\n") +
+    examples::common_usage;
 }  // namespace
 
 int main(int argc, char** argv) {
   strata::environment env(argc, argv);
-  return examples::run_main("gpt", usage, env.rank(), argc, argv, [&] {
+  return examples::run_main("gpt", usage.c_str(), env.rank(), argc, argv, [&] {
     examples::args a(argc, argv, {"offload", "quiet"});
     const std::string device = a.str("device", "cpu");
     strata::expects<strata::config_error>(device == "cpu" || device == "cuda",

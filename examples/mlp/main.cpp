@@ -5,25 +5,23 @@
 //   mpiexec -n 2 mlp --device cuda --zero 3 --offload
 #include <cstdio>
 #include <strata/strata.hpp>
+#include <string>
 
 #include "run.hpp"
 
 namespace {
-const char* const usage =
-    "usage: mpiexec -n N mlp [options]\n"
-    "Trains a small MLP classifier on synthetic data, data parallel with any ZeRO stage.\n"
-    "  --zero 0..3 [--offload]  --precision fp32|bf16|fp16  --optimizer adamw|sgd|lion  --clip C\n"
-    "  --features F --hidden H --layers L --classes C  --bucket ELEMS\n"
-    "common options:\n"
-    "  --steps N  --batch B (global rows per step)  --seed S  --micro-batches K  --lr X\n"
-    "  --config ds_config.json (DeepSpeed's; decides policies, optimizer, batch sizes)\n"
-    "  --save DIR [--save-every N]  --load DIR  --export FILE.safetensors  --init FILE.safetensors\n"
-    "  --report FILE.json  --quiet  --device cpu|cuda  --help\n";
+const std::string usage =
+    std::string(
+        "usage: mpiexec -n N mlp [options]\n"
+        "Trains a small MLP classifier on synthetic data, data parallel with any ZeRO stage.\n"
+        "  --zero 0..3 [--offload]  --precision fp32|bf16|fp16  --optimizer adamw|sgd|lion  --clip C\n"
+        "  --features F --hidden H --layers L --classes C  --bucket ELEMS\n") +
+    examples::common_usage;
 }  // namespace
 
 int main(int argc, char** argv) {
   strata::environment env(argc, argv);
-  return examples::run_main("mlp", usage, env.rank(), argc, argv, [&] {
+  return examples::run_main("mlp", usage.c_str(), env.rank(), argc, argv, [&] {
     examples::args a(argc, argv, {"offload", "quiet"});
     const std::string device = a.str("device", "cpu");
     strata::expects<strata::config_error>(device == "cpu" || device == "cuda",

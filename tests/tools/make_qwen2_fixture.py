@@ -51,6 +51,27 @@ CONFIG = dict(
 )
 
 
+def train(model, inputs, labels):
+    """STEPS steps of AdamW on one batch; the loss before each, the mean over the labels
+    that are not -100 (ignore_index)."""
+    model.train()
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=LR, betas=BETAS, eps=EPS, foreach=False, fused=False)
+    losses = []
+    for _ in range(STEPS):
+        opt.zero_grad()
+        out = model(input_ids=inputs)
+        l = torch.nn.functional.cross_entropy(out.logits.reshape(-1, CONFIG["vocab_size"]), labels.reshape(-1),
+                                              ignore_index=-100)
+        losses.append(l.item())
+        l.backward()
+        opt.step()
+    return losses
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/data/qwen2_tiny")
@@ -80,19 +101,7 @@ def main():
     hf_loss = model(input_ids=tokens, labels=tokens).loss.detach()
     assert abs(hf_loss.item() - loss.item()) < 1e-6, (hf_loss.item(), loss.item())
 
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=LR, betas=BETAS, eps=EPS, foreach=False, fused=False)
-    step_loss = []
-    for _ in range(STEPS):
-        opt.zero_grad()
-        out = model(input_ids=inputs)
-        l = torch.nn.functional.cross_entropy(out.logits.reshape(-1, CONFIG["vocab_size"]), labels.reshape(-1))
-        step_loss.append(l.item())
-        l.backward()
-        opt.step()
+    step_loss = train(model, inputs, labels)
 
     # The masked run: uneven over rows (row 1 keeps 2 labels, row 3 all of them), so a
     # per-rank mean instead of the global one would show.
@@ -102,21 +111,7 @@ def main():
     mask[2, 3:9] = 0
     masked_labels = labels.masked_fill(mask == 0, -100)
     masked = Qwen2ForCausalLM.from_pretrained(args.out, attn_implementation="eager").to(torch.float32)
-    masked.train()
-    decay = [p for n, p in masked.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in masked.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=LR, betas=BETAS, eps=EPS, foreach=False, fused=False)
-    masked_step_loss = []
-    for _ in range(STEPS):
-        opt.zero_grad()
-        out = masked(input_ids=inputs)
-        l = torch.nn.functional.cross_entropy(out.logits.reshape(-1, CONFIG["vocab_size"]),
-                                              masked_labels.reshape(-1), ignore_index=-100)
-        masked_step_loss.append(l.item())
-        l.backward()
-        opt.step()
+    masked_step_loss = train(masked, inputs, masked_labels)
 
     tensors = {
         "tokens": tokens.to(torch.int32).contiguous(),
