@@ -18,9 +18,12 @@ namespace qwen2 {
 // The bytes the layers [first, end) of the model (embedding 0, decoder layers 1..L, norm
 // L + 1, head L + 2, loss L + 3) hold over a step: per schedule slot in use, each layer's
 // output and cache (what its backward reads and the gradients it makes inside); once, the
-// gradients between layers and the last stage's targets. rows is a micro-batch's.
+// gradients between layers and the last stage's targets. rows is a micro-batch's. With
+// recompute a decoder layer keeps its output only, and one scratch cache (with the output
+// made again) serves them all.
 inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::size_t rows, std::size_t seq, int tp,
-                                    std::size_t first, std::size_t end, std::size_t slots, bool device) {
+                                    std::size_t first, std::size_t end, std::size_t slots, bool device,
+                                    bool recompute) {
   const std::size_t L = static_cast<std::size_t>(c.num_hidden_layers), N = rows * seq;
   const std::size_t D = static_cast<std::size_t>(c.hidden_size), hd = static_cast<std::size_t>(c.head_dim());
   const std::size_t H = static_cast<std::size_t>(c.num_attention_heads / tp);
@@ -30,7 +33,7 @@ inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::
   // The scores' gradient scratch: one (batch, head) pair at a time on the host; a GPU
   // batches the heads of a batch row (no grouping) or the batch rows of a head.
   const std::size_t inner = !device ? 1 : (H == KV && H >= rows ? H : rows);
-  std::size_t per_slot = 0, shared = 0;  // floats
+  std::size_t per_slot = 0, shared = 0, scratch = 0;  // floats
   for (std::size_t l = first; l < end; ++l) {
     if (l == 0) {  // embedding: output; its "input gradient" has the ids' shape
       per_slot += N * D;
@@ -41,9 +44,11 @@ inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::
                                     + seq * hd                                  // cos, sin
                                     + rows * H * seq * seq + inner * seq * seq  // probs, d_scores
                                     + N * D * 2 + N;                            // dx_k, dx_v; the norm's rstd
-      const std::size_t mlp = N * I * 6 + N * D + N;    // gate, up, h and their gradients; dx_up; rstd
-      per_slot += N * D + attention + mlp + N * D * 6;  // output; n1, h, n2 and their gradients
+      const std::size_t mlp = N * I * 6 + N * D + N;          // gate, up, h and their gradients; dx_up; rstd
+      const std::size_t cache = attention + mlp + N * D * 6;  // and n1, h, n2 and their gradients
+      per_slot += N * D + (recompute ? 0 : cache);            // the output, and the cache
       shared += N * D;
+      if (recompute) scratch = cache + N * D;
     } else if (l == L + 1) {  // final norm
       per_slot += N * D + N;
       shared += N * D;
@@ -59,7 +64,7 @@ inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::
   // gradient a later stage sends back.
   per_slot += first == 0 ? N : N * D;
   if (end != L + 4) shared += N * D;
-  return (per_slot * slots + shared) * sizeof(float);
+  return (per_slot * slots + shared + scratch) * sizeof(float);
 }
 
 // Schedule slots a stage keeps: one without a pipeline, K with GPipe, pp - stage with 1F1B.
@@ -92,6 +97,7 @@ inline nlohmann::json plan_json(const run_options& o, const examples::loop_optio
                  {"precision", pol.precision},
                  {"micro_batches", opts.micro_batches},
                  {"rows_per_micro_batch", rows},
+                 {"recompute", opts.recompute},
                  {"seq", o.seq}};
   for (int z = 0; z <= 3; ++z) {
     l.zero_stage = z;
@@ -103,7 +109,7 @@ inline nlohmann::json plan_json(const run_options& o, const examples::loop_optio
       strata::plan_memory(m, l, s, 0, &layers);  // this stage's layers first
       const std::size_t act =
           activation_bytes(o.model, rows, static_cast<std::size_t>(o.seq), l.tp, layers.first, layers.second,
-                           slots_in_use(l.pp, s, opts.micro_batches, pol.schedule), device);
+                           slots_in_use(l.pp, s, opts.micro_batches, pol.schedule), device, !opts.recompute.empty());
       auto r = strata::plan_memory(m, l, s, act).to_json();
       r["layers"] = {layers.first, layers.second};
       stages.push_back(r);
@@ -119,10 +125,11 @@ inline void print_plan(const run_options& o, const examples::loop_options& lo, c
   const auto& lay = j["layout"];
   std::printf(
       "memory plan per rank (MiB): %d processes = tp %d x dp %d x pp %d, %s, %d micro-batches of %zu x %ld "
-      "tokens%s\n",
+      "tokens%s%s\n",
       world, lay["tp"].get<int>(), lay["dp"].get<int>(), lay["pp"].get<int>(), pol.precision.c_str(),
       opts.micro_batches, lay["rows_per_micro_batch"].get<std::size_t>(), o.seq,
-      pol.offload ? ", optimizer offloaded to host memory (ZeRO 1-3)" : "");
+      pol.offload ? ", optimizer offloaded to host memory (ZeRO 1-3)" : "",
+      opts.recompute.empty() ? "" : ", decoder layers recomputed");
   const char* cats[] = {"params", "grads", "master", "optimizer_states", "comm_buffers", "activations", "total"};
   for (std::size_t s = 0; s < j["zero"]["0"].size(); ++s) {
     if (j["zero"]["0"].size() > 1) std::printf("pipeline stage %zu:\n", s);

@@ -172,7 +172,8 @@ int run(const run_args& a) {
                    {"seq", o.seq},
                    {"batch", a.lo.batch},
                    {"zero_stage", a.pol.zero_stage},
-                   {"offload", a.pol.offload}};
+                   {"offload", a.pol.offload},
+                   {"recompute", a.opts.recompute}};
     j["memory"]["peak_rss_bytes"] = mine[per - 2];
     nlohmann::json ranks = nlohmann::json::array();
     for (std::size_t k = 0; k < static_cast<std::size_t>(a.env.size()); ++k) {

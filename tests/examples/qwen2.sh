@@ -2,7 +2,7 @@
 # The qwen2 program as a user runs it, on the demo's byte-level model and the repo's text:
 # prepare.py's token and mask files train at 4 processes (ZeRO-3 + offload) with the loss
 # falling; the report has its keys; --plan equals the trainer's memory report within 2 %
-# at several layouts; a resumed run ends bitwise where an uninterrupted one does (also at
+# at several layouts (recomputed layers too); a resumed run ends bitwise where an uninterrupted one does (also at
 # another ZeRO stage); the export reads back through the safetensors package; bad input
 # fails before training, naming what is wrong.
 # usage: qwen2.sh QWEN2_BINARY MPIEXEC WORK_DIR SOURCE_DIR
@@ -24,7 +24,8 @@ data=(--model random:demo --tokenizer "$work/tok" --data "$work/text.train.bin" 
   --seq 64 --batch 8 --steps 12 --lr 3e-3 --zero 3 --offload --quiet --export "$work/hf" --report "$work/train.json"
 
 # Plan against report: the same layout options, --plan first.
-layouts=("--zero 0" "--zero 3 --precision bf16" "--tp 2 --zero 1 --micro-batches 2" "--pp 2 --zero 2 --schedule gpipe --micro-batches 2")
+layouts=("--zero 0" "--zero 3 --precision bf16" "--tp 2 --zero 1 --micro-batches 2" "--pp 2 --zero 2 --schedule gpipe --micro-batches 2"
+  "--zero 3 --offload --recompute" "--pp 2 --zero 1 --micro-batches 2 --recompute")
 i=0
 for l in "${layouts[@]}"; do
   # shellcheck disable=SC2086
@@ -81,7 +82,7 @@ assert r["tokens_per_s"] > 0
 print(f"train: loss {losses[0]:.3f} -> {losses[-1]:.3f}, validation {r['val_losses'][-1]['loss']:.3f}")
 
 # --plan against the trainer's report, every category of every rank's stage within 2 %.
-for i in range(4):
+for i in range(6):
     plan = json.load(open(os.path.join(work, f"plan{i}.json")))
     run = json.load(open(os.path.join(work, f"run{i}.json")))
     zero = str(run["layout"]["zero_stage"])

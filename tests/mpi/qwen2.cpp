@@ -72,9 +72,8 @@ using qwen2_trainer = trainer<qwen2, host, S>;
 // The fixture's model on grid g, its weights loaded.
 template <class S>
 struct loaded_qwen2 : qwen2_trainer<S> {
-  loaded_qwen2(grid<world_comm>& g, const models::qwen2_config& cfg)
-      : qwen2_trainer<S>(g, models::make_qwen2(cfg, g.tp_rank(), g.tp_size()), options(),
-                         adamw{.weight_decay = 0.01f}) {
+  loaded_qwen2(grid<world_comm>& g, const models::qwen2_config& cfg, const trainer_options& o = options())
+      : qwen2_trainer<S>(g, models::make_qwen2(cfg, g.tp_rank(), g.tp_size()), o, adamw{.weight_decay = 0.01f}) {
     models::load_qwen2_weights(*this, fixture_dir);
   }
 };
@@ -82,14 +81,17 @@ struct loaded_qwen2 : qwen2_trainer<S> {
 // What a run gives: the loss before each step, and the weights after them.
 struct run_result {
   std::vector<float> losses, master;
+  std::size_t activation_bytes = 0;
 };
 
 template <class S>
-run_result train(grid<world_comm>& g, const models::qwen2_config& cfg, bool masked = false) {
-  loaded_qwen2<S> tr(g, cfg);
+run_result train(grid<world_comm>& g, const models::qwen2_config& cfg, bool masked = false,
+                 const trainer_options& o = options()) {
+  loaded_qwen2<S> tr(g, cfg, o);
   const batch<> b = data().rows_of(g.dp_rank(), g.dp_size(), masked);
   run_result r;
   for (int s = 0; s < steps; ++s) r.losses.push_back(tr.step(b).loss);
+  r.activation_bytes = tr.activation_bytes();
   r.master = tr.gather_master();
   // The streamed hash (no rank holds the model) is the hash of the gathered one.
   CHECK(weights_hash_of(tr) == weights_hash(r.master));
@@ -399,5 +401,46 @@ TEST_CASE("masked labels: transformers' ignore_index mean over the step's labels
     check(grid_dims{}, type_tag<zero<3>>{}, "dp 4, ZeRO-3");
     check(grid_dims{.tensor = 2}, type_tag<zero<1>>{}, "tp 2 x dp 2, ZeRO-1");
     check(grid_dims{.pipeline = 2}, type_tag<replicated>{}, "pp 2 x dp 2");
+  }
+}
+
+TEST_CASE("recomputed decoder layers: the same bits with one layer's activations, at every layout") {
+  environment env;
+  auto& w = env.world();
+  const auto cfg = models::qwen2_config::load(fixture_dir);
+  const auto check = [&](grid_dims dims, auto sharding, int micro_batches, const char* what) {
+    using S = typename decltype(sharding)::type;
+    INFO(what);
+    grid g(w, dims);
+    trainer_options o = options();
+    o.micro_batches = micro_batches;
+    const run_result kept = train<S>(g, cfg, true, o);
+    o.recompute = {"layers"};
+    const run_result again = train<S>(g, cfg, true, o);
+    // Forward is deterministic, so running it again gives the caches it gave the first time.
+    for (int s = 0; s < steps; ++s) CHECK(again.losses[s] == kept.losses[s]);
+    CHECK(weights_hash(again.master) == weights_hash(kept.master));
+    // The caches of the decoder layers in flight become one scratch cache (and one output
+    // made again). The last of two stages runs one micro-batch at a time through its one
+    // decoder layer: there the scratch saves nothing.
+    INFO("activations: " << kept.activation_bytes << " kept, " << again.activation_bytes << " recomputed");
+    if (g.pp_rank() == 0) CHECK(again.activation_bytes < kept.activation_bytes);
+  };
+  if (w.size() == 1) {
+    check(grid_dims{}, type_tag<replicated>{}, 1, "one process");
+    check(grid_dims{}, type_tag<replicated>{}, 2, "one process, 2 micro-batches");
+    grid g(w);
+    trainer_options o = options();
+    o.recompute = {"blocks"};
+    CHECK_THROWS_WITH(loaded_qwen2<replicated>(g, cfg, o),
+                      Catch::Contains("recompute names \"blocks\", which is no layer of the model") &&
+                          Catch::Contains("layers.0, layers.1"));
+    o.recompute = {"loss"};
+    CHECK_THROWS_WITH(loaded_qwen2<replicated>(g, cfg, o),
+                      Catch::Contains("recompute names the model's last layer loss"));
+  } else {
+    check(grid_dims{}, type_tag<zero<3>>{}, 1, "dp 4, ZeRO-3");
+    check(grid_dims{.tensor = 2}, type_tag<zero<2>>{}, 1, "tp 2 x dp 2, ZeRO-2");
+    check(grid_dims{.pipeline = 2}, type_tag<zero<1>>{}, 2, "pp 2 x dp 2, 1F1B over 2 micro-batches");
   }
 }

@@ -3,11 +3,15 @@
 // (sequential, ZeRO-3 gathering, pipeline stages) work on layer indices only.
 #pragma once
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <type_traits>
+#include <typeindex>
 #include <vector>
 
+#include "../core/error.hpp"
 #include "../model/param.hpp"
 #include "../model/reflect.hpp"
 #include "../space/tensor.hpp"
@@ -67,26 +71,41 @@ struct layer_entry {
   std::string name;
   void* layer = nullptr;
   std::vector<param<float>*> params;
-  std::shared_ptr<void> caches;  // std::vector<L::cache>, one per micro-batch slot
+  // std::vector<L::cache>, one per micro-batch slot; a recomputed layer has one scratch
+  // cache, shared with every recomputed layer of its type.
+  std::shared_ptr<void> caches;
   void* (*cache_at)(void* caches, std::size_t slot) = nullptr;
   void (*forward)(void* layer, Ctx&, const tensor_t&, tensor_t&, void* cache) = nullptr;
   void (*backward)(void* layer, Ctx&, const tensor_t&, tensor_t&, void* cache) = nullptr;
   bool counts_labels = false;  // a loss whose mean is over the labels not ignored
+  bool recompute = false;      // forward runs again just before backward (see recomputes)
 
   void run_forward(Ctx& ctx, const tensor_t& x, tensor_t& y, std::size_t slot) {
-    forward(layer, ctx, x, y, cache_at(caches.get(), slot));
+    forward(layer, ctx, x, y, cache_at(caches.get(), recompute ? 0 : slot));
   }
   void run_backward(Ctx& ctx, const tensor_t& dy, tensor_t& dx, std::size_t slot) {
-    backward(layer, ctx, dy, dx, cache_at(caches.get(), slot));
+    backward(layer, ctx, dy, dx, cache_at(caches.get(), recompute ? 0 : slot));
   }
 };
 
+// Whether trainer_options::recompute names a layer: a pattern is a layer's name or a
+// prefix of it up to a dot ("layers" names layers.0, layers.1, ...; "layers.1" only that one).
+inline bool recomputes(const std::vector<std::string>& patterns, std::string_view layer) {
+  for (const auto& p : patterns)
+    if (layer == p || (layer.size() > p.size() && layer.starts_with(p) && layer[p.size()] == '.')) return true;
+  return false;
+}
+
 // Builds the entries of a model; `slots` caches per layer let that many micro-batches
-// be in flight (1 without a pipeline).
+// be in flight (1 without a pipeline). The layers `recompute` names keep no cache between
+// their forward and backward: what they hold lives in one scratch cache per layer type,
+// which the schedule refills by running forward again just before backward.
 template <class Ctx, class Model>
-std::vector<layer_entry<Ctx>> make_layer_table(Model& model, std::size_t slots) {
+std::vector<layer_entry<Ctx>> make_layer_table(Model& model, std::size_t slots,
+                                               const std::vector<std::string>& recompute = {}) {
   using tensor_t = typename layer_entry<Ctx>::tensor_t;
   std::vector<layer_entry<Ctx>> table;
+  std::map<std::type_index, std::shared_ptr<void>> scratch;  // per recomputed layer type
   for_each_layer(model, [&](auto& layer, std::string_view name, std::size_t) {
     using L = std::remove_cvref_t<decltype(layer)>;
     static_assert(check_trainable_layer<L, Ctx>());
@@ -100,7 +119,13 @@ std::vector<layer_entry<Ctx>> make_layer_table(Model& model, std::size_t slots) 
                     "strata: the trainer trains param<float> (16-bit precision is a trainer policy)");
       e.params.push_back(&p);
     });
-    e.caches = std::make_shared<std::vector<cache_t>>(slots);
+    e.recompute = recomputes(recompute, name);
+    if (!e.recompute)
+      e.caches = std::make_shared<std::vector<cache_t>>(slots);
+    else if (auto& shared = scratch[std::type_index(typeid(L))])
+      e.caches = shared;
+    else
+      e.caches = shared = std::make_shared<std::vector<cache_t>>(1);
     e.cache_at = [](void* c, std::size_t s) -> void* { return &(*static_cast<std::vector<cache_t>*>(c))[s]; };
     e.forward = [](void* l, Ctx& ctx, const tensor_t& x, tensor_t& y, void* c) {
       static_cast<const L*>(l)->forward(ctx, x, y, *static_cast<cache_t*>(c));
@@ -109,6 +134,22 @@ std::vector<layer_entry<Ctx>> make_layer_table(Model& model, std::size_t slots) 
       static_cast<L*>(l)->backward(ctx, dy, dx, *static_cast<cache_t*>(c));
     };
     table.push_back(std::move(e));
+  });
+  for (const auto& p : recompute) {
+    bool named = false;
+    for (const auto& e : table) named = named || recomputes({p}, e.name);
+    expects<config_error>(named, [&] {
+      std::string names;
+      for (const auto& e : table) names += (names.empty() ? "" : ", ") + e.name;
+      return cat("strata::trainer: recompute names \"", p, "\", which is no layer of the model (its layers: ", names,
+                 ")");
+    });
+  }
+  // The last layer reads the micro-batch's targets, which a pipeline has moved past by
+  // the time that micro-batch goes backward; recomputing it would save nothing anyway.
+  expects<config_error>(table.empty() || !table.back().recompute, [&] {
+    return cat("strata::trainer: recompute names the model's last layer ", table.back().name,
+               " (the loss); name the layers before it");
   });
   return table;
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "../core/error.hpp"
@@ -26,6 +27,11 @@ struct trainer_options {
   // Pipeline stages as layer indices: stage s runs layers [cuts[s], cuts[s+1]). Empty:
   // balanced by parameter count.
   std::vector<std::size_t> pipeline_cuts;
+  // Activation recomputation (Hugging Face's gradient_checkpointing, Megatron's full
+  // recompute): the layers named here ("layers" for every layers.N, or "layers.3") keep
+  // only their input between forward and backward and run forward again just before
+  // their backward. Memory falls to one layer's cache; the weights stay the same bits.
+  std::vector<std::string> recompute;
 
   void validate() const {
     expects<config_error>(micro_batches >= 1,

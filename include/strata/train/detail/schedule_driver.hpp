@@ -207,6 +207,11 @@ class schedule_driver {
       const std::size_t b = plan_.bucket_of_layer(l);
       if constexpr (stage == 3) gathers_.ensure_live(b, false);
       if (l + 1 == buckets[b].end_layer) reduce_.begin(b, first_backward);
+      // A recomputed layer refills its scratch cache from its kept input; the output is
+      // the one forward made, so it goes to a scratch tensor of its own.
+      if (table_[l].recompute)
+        table_[l].run_forward(ctx_, acts_[static_cast<std::size_t>(slot)][l - first], recomputed_,
+                              static_cast<std::size_t>(slot));
       table_[l].run_backward(ctx_, dacts_[l - first + 1], dacts_[l - first], static_cast<std::size_t>(slot));
       if (l == buckets[b].first_layer) reduce_.launch(b);
     }
@@ -238,6 +243,7 @@ class schedule_driver {
   std::vector<pipeline_action> actions_;
   std::optional<comm_t> pp_fwd_, pp_bwd_;
   tensor_t mb_targets_;
+  tensor_t recomputed_;  // a recomputed layer's output again (equal to the kept one)
   double idle_ = 0;
 };
 

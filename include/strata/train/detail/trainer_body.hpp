@@ -73,7 +73,7 @@ class trainer_body {
     });
     assign_names(model_);
     layout_ = flat_layout::of(model_);
-    table_ = make_layer_table<ctx_t>(model_, static_cast<std::size_t>(opts_.micro_batches));
+    table_ = make_layer_table<ctx_t>(model_, static_cast<std::size_t>(opts_.micro_batches), opts_.recompute);
     params_.choose_layers(layout_, opts_.pipeline_cuts, grid_.pp_size(), grid_.pp_rank());
     plan_ = bucket_plan(layout_, dp_.size(), opts_.bucket_elems, params_.first_layer, params_.end_layer);
     dev_.start(plan_.shard_size(), dp_, grid_.tensor(), driver_.ctx());
