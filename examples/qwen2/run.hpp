@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <strata/data/windows.hpp>
@@ -44,11 +45,15 @@ struct run_args {
   const strata::runtime_policies& pol;
 };
 
-// The host runs, one function per precision (run_<precision>.cpp), and the CUDA one.
+// The host runs, one function per precision (run_<precision>.cpp), and the CUDA one
+// (run_cuda.cu), which calls its own per precision (run_cuda_<precision>.cu).
 int run_host_fp32(const run_args& a);
 int run_host_bf16(const run_args& a);
 int run_host_fp16(const run_args& a);
 STRATA_EXAMPLE_RUN_CUDA(run_args);
+int run_cuda_fp32(const run_args& a);
+int run_cuda_bf16(const run_args& a);
+int run_cuda_fp16(const run_args& a);
 
 // This process's peak resident memory (VmHWM), in bytes: what the memory report is held to.
 inline std::size_t peak_rss_bytes() {
@@ -190,12 +195,18 @@ int run(const run_args& a) {
   return 0;
 }
 
-// Calls run with the sharding and schedule the policies name, in one precision.
+// Calls run with the sharding and schedule the policies name, in one precision. A device
+// trainer runs no pipeline (it refuses pp > 1 itself), so there one schedule is compiled.
 template <class Space, class Precision>
 int dispatch_run(const run_args& a) {
-  return strata::dispatch_sharding_schedule(a.pol, [&](auto s, auto sc) {
-    return run<Space, typename decltype(s)::type, Precision, typename decltype(sc)::type>(a);
-  });
+  if constexpr (std::is_same_v<Space, strata::host>)
+    return strata::dispatch_sharding_schedule(a.pol, [&](auto s, auto sc) {
+      return run<Space, typename decltype(s)::type, Precision, typename decltype(sc)::type>(a);
+    });
+  else
+    return strata::dispatch_sharding(a.pol, [&](auto s) {
+      return run<Space, typename decltype(s)::type, Precision, strata::one_f_one_b>(a);
+    });
 }
 
 }  // namespace qwen2

@@ -4,6 +4,7 @@
 #pragma once
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "../core/error.hpp"
 #include "../optim/adamw.hpp"
@@ -79,6 +80,13 @@ decltype(auto) dispatch(const runtime_policies& p, F&& f) {
       return detail::dispatch_precision(p.precision, [&](auto pr) -> decltype(auto) { return f(s, o, pr); });
     });
   });
+}
+
+// Calls f(type_tag<Sharding>) alone, for programs that fix every other policy (a device
+// trainer runs no pipeline, so its schedule is one).
+template <class F>
+decltype(auto) dispatch_sharding(const runtime_policies& p, F&& f) {
+  return detail::dispatch_sharding(p, std::forward<F>(f));
 }
 
 // Calls f(type_tag<Sharding>, type_tag<Schedule>) for programs whose optimizer and
