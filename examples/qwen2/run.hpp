@@ -204,9 +204,8 @@ int dispatch_run(const run_args& a) {
       return run<Space, typename decltype(s)::type, Precision, typename decltype(sc)::type>(a);
     });
   else
-    return strata::dispatch_sharding(a.pol, [&](auto s) {
-      return run<Space, typename decltype(s)::type, Precision, strata::one_f_one_b>(a);
-    });
+    return strata::dispatch_sharding(
+        a.pol, [&](auto s) { return run<Space, typename decltype(s)::type, Precision, strata::one_f_one_b>(a); });
 }
 
 }  // namespace qwen2

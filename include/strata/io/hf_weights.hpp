@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
 #include <span>
 #include <string>
@@ -110,69 +111,128 @@ struct hf_tensor {
   std::span<const float> values;
 };
 
-// Writes dir/config.json and the tensors as F32 or BF16: model.safetensors, or, when they
-// exceed max_shard_bytes, model-0000k-of-0000n.safetensors (tensors in order, a new shard
-// when the next would pass the size) with model.safetensors.index.json. Everything goes
-// to a temporary directory next to dir, fsynced, then renamed into place, so dir is
-// either the old directory or the complete new one.
+// A Hugging Face directory written tensor piece by tensor piece, so that the writer need
+// not hold the model: dir/config.json and the tensors as F32 or BF16 in model.safetensors,
+// or, when they exceed max_shard_bytes, model-0000k-of-0000n.safetensors (tensors in the
+// order given, a new shard when the next would pass the size) with
+// model.safetensors.index.json. Everything goes to a temporary directory next to dir;
+// commit() checks every tensor is complete and renames it into place, so dir is either
+// the old directory or the complete new one.
+class hf_weights_writer {
+ public:
+  struct tensor {
+    std::string name;
+    strata::shape shape;
+  };
+
+  hf_weights_writer(const std::filesystem::path& dir, nlohmann::json config, std::vector<tensor> tensors,
+                    dtype as = dtype::f32, std::uint64_t max_shard_bytes = std::uint64_t{5} << 30)
+      : dir_(dir), config_(std::move(config)), as_(as) {
+    expects<config_error>(as == dtype::f32 || as == dtype::bf16,
+                          [&] { return cat(dir.string(), ": weights are written as F32 or BF16, not ", name_of(as)); });
+    expects<config_error>(max_shard_bytes > 0, [&] { return cat(dir.string(), ": a shard size of 0 bytes"); });
+    std::vector<std::vector<std::size_t>> shards(1);
+    std::uint64_t in_shard = 0;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const std::uint64_t bytes = tensors[i].shape.numel() * size_of(as);
+      if (!shards.back().empty() && in_shard + bytes > max_shard_bytes) {
+        shards.emplace_back();
+        in_shard = 0;
+      }
+      shards.back().push_back(i);
+      in_shard += bytes;
+      total_ += bytes;
+    }
+    const auto parent = dir.has_parent_path() ? dir.parent_path() : std::filesystem::path(".");
+    tmp_ = parent / cat(".", dir.filename().string(), ".tmp");
+    std::filesystem::remove_all(tmp_);
+    std::filesystem::create_directories(tmp_);
+    where_.resize(tensors.size());
+    for (std::size_t k = 0; k < shards.size(); ++k) {
+      const std::string file = shard_name(k, shards.size());
+      std::vector<std::string> names;
+      std::vector<shape> shapes;
+      for (std::size_t j = 0; j < shards[k].size(); ++j) {
+        const std::size_t i = shards[k][j];
+        names.push_back(tensors[i].name);
+        shapes.push_back(tensors[i].shape);
+        where_[i] = {k, j};
+        weight_map_[tensors[i].name] = file;
+      }
+      files_.push_back(std::make_unique<safetensors_stream>(
+          tmp_ / file, detail::st_weight_infos((tmp_ / file).string(), names, shapes, as), meta()));
+    }
+  }
+  hf_weights_writer(const hf_weights_writer&) = delete;
+  hf_weights_writer& operator=(const hf_weights_writer&) = delete;
+  // Not committed: the temporary directory goes, dir stays as it was.
+  ~hf_weights_writer() {
+    files_.clear();
+    if (!committed_) {
+      std::error_code ec;
+      std::filesystem::remove_all(tmp_, ec);
+    }
+  }
+
+  // Elements [first, first + values.size()) of tensor i, in any order.
+  void write(std::size_t i, std::size_t first, std::span<const float> values) {
+    const auto [file, index] = where_.at(i);
+    detail::st_float_bytes(values, as_, bytes_);
+    files_[file]->write(index, first * size_of(as_), bytes_);
+  }
+
+  void commit() {
+    for (auto& f : files_) f->commit();
+    if (files_.size() > 1) {
+      const nlohmann::json index = {{"metadata", {{"total_size", total_}}}, {"weight_map", weight_map_}};
+      detail::write_file_atomic(tmp_ / "model.safetensors.index.json", index.dump(2) + "\n");
+    }
+    detail::write_file_atomic(tmp_ / "config.json", config_.dump(2) + "\n");
+    // The old directory moves aside, the new one takes its name, then the old one goes.
+    const auto parent = tmp_.parent_path();
+    const auto old = parent / cat(".", dir_.filename().string(), ".old");
+    std::filesystem::remove_all(old);
+    if (std::filesystem::exists(dir_)) std::filesystem::rename(dir_, old);
+    std::filesystem::rename(tmp_, dir_);
+    committed_ = true;
+    detail::sync_directory(parent);
+    std::filesystem::remove_all(old);
+  }
+
+ private:
+  static std::string shard_name(std::size_t k, std::size_t shards) {
+    if (shards == 1) return "model.safetensors";
+    char s[64];
+    std::snprintf(s, sizeof s, "model-%05zu-of-%05zu.safetensors", k + 1, shards);
+    return s;
+  }
+  static std::map<std::string, std::string> meta() { return {{"format", "pt"}}; }
+
+  std::filesystem::path dir_, tmp_;
+  nlohmann::json config_;
+  dtype as_;
+  std::uint64_t total_ = 0;
+  std::vector<std::unique_ptr<safetensors_stream>> files_;
+  std::vector<std::pair<std::size_t, std::size_t>> where_;  // per tensor: its file, its index there
+  nlohmann::json weight_map_ = nlohmann::json::object();
+  std::vector<std::byte> bytes_;
+  bool committed_ = false;
+};
+
+// The same directory from tensors in memory (see hf_weights_writer).
 inline void write_hf_weights(const std::filesystem::path& dir, const nlohmann::json& config,
                              std::span<const hf_tensor> tensors, dtype as = dtype::f32,
                              std::uint64_t max_shard_bytes = std::uint64_t{5} << 30) {
-  expects<config_error>(as == dtype::f32 || as == dtype::bf16,
-                        [&] { return cat(dir.string(), ": weights are written as F32 or BF16, not ", name_of(as)); });
-  expects<config_error>(max_shard_bytes > 0, [&] { return cat(dir.string(), ": a shard size of 0 bytes"); });
-  const std::uint64_t elem = size_of(as);
-  std::vector<std::vector<std::size_t>> shards(1);
-  std::uint64_t in_shard = 0, total = 0;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    expects<config_error>(tensors[i].values.size() == tensors[i].shape.numel(), [&] {
-      return cat(dir.string(), ": tensor \"", tensors[i].name, "\" of shape ", tensors[i].shape, " given ",
-                 tensors[i].values.size(), " values");
+  std::vector<hf_weights_writer::tensor> shapes;
+  for (const auto& t : tensors) {
+    expects<config_error>(t.values.size() == t.shape.numel(), [&] {
+      return cat(dir.string(), ": tensor \"", t.name, "\" of shape ", t.shape, " given ", t.values.size(), " values");
     });
-    const std::uint64_t bytes = tensors[i].values.size() * elem;
-    if (!shards.back().empty() && in_shard + bytes > max_shard_bytes) {
-      shards.emplace_back();
-      in_shard = 0;
-    }
-    shards.back().push_back(i);
-    in_shard += bytes;
-    total += bytes;
+    shapes.push_back({t.name, t.shape});
   }
-  const auto parent = dir.has_parent_path() ? dir.parent_path() : std::filesystem::path(".");
-  const auto tmp = parent / cat(".", dir.filename().string(), ".tmp");
-  std::filesystem::remove_all(tmp);
-  std::filesystem::create_directories(tmp);
-  const auto shard_name = [&](std::size_t k) {
-    if (shards.size() == 1) return std::string("model.safetensors");
-    char s[64];
-    std::snprintf(s, sizeof s, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
-    return std::string(s);
-  };
-  nlohmann::json weight_map = nlohmann::json::object();
-  for (std::size_t k = 0; k < shards.size(); ++k) {
-    std::vector<std::string> names;
-    std::vector<shape> shapes;
-    std::vector<float> values;
-    for (std::size_t i : shards[k]) {
-      names.push_back(tensors[i].name);
-      shapes.push_back(tensors[i].shape);
-      values.insert(values.end(), tensors[i].values.begin(), tensors[i].values.end());
-      weight_map[tensors[i].name] = shard_name(k);
-    }
-    export_weights(tmp / shard_name(k), names, shapes, values, as);
-  }
-  if (shards.size() > 1) {
-    const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-    detail::write_file_atomic(tmp / "model.safetensors.index.json", index.dump(2) + "\n");
-  }
-  detail::write_file_atomic(tmp / "config.json", config.dump(2) + "\n");
-  // The old directory moves aside, the new one takes its name, then the old one goes.
-  const auto old = parent / cat(".", dir.filename().string(), ".old");
-  std::filesystem::remove_all(old);
-  if (std::filesystem::exists(dir)) std::filesystem::rename(dir, old);
-  std::filesystem::rename(tmp, dir);
-  detail::sync_directory(parent);
-  std::filesystem::remove_all(old);
+  hf_weights_writer out(dir, config, std::move(shapes), as, max_shard_bytes);
+  for (std::size_t i = 0; i < tensors.size(); ++i) out.write(i, 0, tensors[i].values);
+  out.commit();
 }
 
 }  // namespace strata

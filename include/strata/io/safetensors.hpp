@@ -200,13 +200,127 @@ class safetensors_file {
   std::map<std::string, std::size_t, std::less<>> by_name_;
 };
 
+// The order of tensors' bytes in a file. sorted: the reference writer's order (dtype width
+// descending, then name), so the same tensors give the same bytes as Python's
+// safetensors; as_added: the order given.
+enum class safetensors_order { sorted, as_added };
+
+namespace detail {
+
+// A tensor as a writer takes it: a name that is not the metadata's and is new in `names`,
+// extents >= 0, and a byte count that fits 64 bits.
+inline tensor_info st_checked_info(std::string name, dtype t, std::vector<std::int64_t> shape,
+                                   std::set<std::string>& names) {
+  const std::string where = strata::cat("safetensors writer: tensor \"", name, "\": ");
+  if (name == "__metadata__") throw checkpoint_error(where + "the name is reserved for the metadata");
+  if (!names.insert(name).second) throw checkpoint_error(where + "added twice");
+  std::uint64_t n = 1;
+  for (auto d : shape) {
+    if (d < 0) throw checkpoint_error(strata::cat(where, "negative extent ", d));
+    if (d != 0 && n > UINT64_MAX / static_cast<std::uint64_t>(d))
+      throw checkpoint_error(where + "element count overflows");
+    n *= static_cast<std::uint64_t>(d);
+  }
+  if (n != 0 && n > UINT64_MAX / size_of(t)) throw checkpoint_error(where + "byte count overflows");
+  tensor_info info;
+  info.name = std::move(name);
+  info.dtype = t;
+  info.shape = std::move(shape);
+  return info;
+}
+
+// The file order of tensors (indices into `infos`) and, in it, each one's data range.
+inline std::vector<std::size_t> st_place(std::vector<tensor_info>& infos, safetensors_order o) {
+  std::vector<std::size_t> seq(infos.size());
+  for (std::size_t i = 0; i < seq.size(); ++i) seq[i] = i;
+  if (o == safetensors_order::sorted)
+    std::stable_sort(seq.begin(), seq.end(), [&](std::size_t a, std::size_t b) {
+      const auto& x = infos[a];
+      const auto& y = infos[b];
+      const int rx = st_dtype_rank(x.dtype), ry = st_dtype_rank(y.dtype);
+      return rx != ry ? rx > ry : x.name < y.name;
+    });
+  std::uint64_t at = 0;
+  for (auto i : seq) {
+    infos[i].begin = at;
+    infos[i].end = at += infos[i].numel() * size_of(infos[i].dtype);
+  }
+  return seq;
+}
+
+// The 8-byte little-endian length before a safetensors header.
+inline std::array<unsigned char, 8> st_prefix(std::uint64_t n) {
+  std::array<unsigned char, 8> b{};
+  for (int i = 0; i < 8; ++i) b[static_cast<std::size_t>(i)] = static_cast<unsigned char>(n >> (8 * i));
+  return b;
+}
+
+// The header of tensors placed by st_place, in file order.
+inline std::string st_header(const std::vector<tensor_info>& infos, const std::vector<std::size_t>& seq,
+                             const std::map<std::string, std::string>& metadata) {
+  std::vector<tensor_info> in_order;
+  for (auto i : seq) in_order.push_back(infos[i]);
+  return serialize_safetensors_header(in_order, metadata);
+}
+
+}  // namespace detail
+
+// A safetensors file written piece by piece, so that a writer need not hold its tensors
+// (a model streamed from its shards): the header first, from the tensors' names, dtypes
+// and shapes; then each tensor's bytes at their place, in any order; commit() checks that
+// every byte came and makes the file `path` at once (see detail::staged_file).
+class safetensors_stream {
+ public:
+  // tensors: name, dtype and shape of each (begin and end are placed here).
+  safetensors_stream(const std::filesystem::path& path, std::vector<tensor_info> tensors,
+                     const std::map<std::string, std::string>& metadata = {},
+                     safetensors_order o = safetensors_order::sorted)
+      : file_(path), path_(path.string()) {
+    std::set<std::string> names;
+    for (auto& t : tensors) infos_.push_back(detail::st_checked_info(t.name, t.dtype, t.shape, names));
+    const auto seq = detail::st_place(infos_, o);
+    const std::string head = detail::st_header(infos_, seq, metadata);
+    const auto len = detail::st_prefix(head.size());
+    file_.sink().write(std::as_bytes(std::span(len)));
+    file_.sink().write(std::as_bytes(std::span(head)));
+    data_start_ = 8 + head.size();
+    written_.assign(infos_.size(), 0);
+  }
+
+  std::size_t size() const noexcept { return infos_.size(); }
+  const tensor_info& info(std::size_t tensor) const { return infos_.at(tensor); }
+
+  // Bytes of tensor `tensor` from byte `offset` of its data.
+  void write(std::size_t tensor, std::uint64_t offset, std::span<const std::byte> bytes) {
+    const tensor_info& t = infos_.at(tensor);
+    if (offset > t.bytes() || bytes.size() > t.bytes() - offset)
+      throw checkpoint_error(strata::cat(path_, ": tensor \"", t.name, "\" has ", t.bytes(), " bytes; given ",
+                                         bytes.size(), " at byte ", offset));
+    file_.sink().write_at(data_start_ + t.begin + offset, bytes);
+    written_[tensor] += bytes.size();
+  }
+
+  void commit() {
+    for (std::size_t i = 0; i < infos_.size(); ++i)
+      if (written_[i] != infos_[i].bytes())
+        throw checkpoint_error(strata::cat(path_, ": tensor \"", infos_[i].name, "\" got ", written_[i], " of its ",
+                                           infos_[i].bytes(), " bytes"));
+    file_.commit();
+  }
+
+ private:
+  detail::staged_file file_;
+  std::string path_;
+  std::vector<tensor_info> infos_;
+  std::uint64_t data_start_ = 0;
+  std::vector<std::uint64_t> written_;
+};
+
 // Collects tensors and metadata, then writes a safetensors file atomically. add() keeps
 // a view of the caller's bytes (no copy): they must stay alive until write().
 class safetensors_writer {
  public:
-  // sorted: the reference writer's order (dtype width descending, then name), so the
-  // same tensors give the same bytes as Python's safetensors; as_added: add() order.
-  enum class order { sorted, as_added };
+  using order = safetensors_order;
 
   std::map<std::string, std::string> metadata;
 
@@ -226,31 +340,25 @@ class safetensors_writer {
   std::size_t size() const noexcept { return entries_.size(); }
 
   void write(const std::filesystem::path& path, order o = order::sorted) const {
-    const auto lay = layout(o);  // not a structured binding: clang < 16 cannot capture those
-    const auto& infos = lay.first;
-    const auto& seq = lay.second;
-    const std::string head = detail::serialize_safetensors_header(infos, metadata);
-    const auto len = prefix(head.size());
-    detail::atomic_write(path, [&](detail::write_sink& sink) {
-      sink.write(std::as_bytes(std::span(len)));
-      sink.write(std::as_bytes(std::span(head)));
-      for (auto i : seq) sink.write(entries_[i].data());
-    });
+    safetensors_stream out(path, infos(), metadata, o);
+    for (std::size_t i = 0; i < entries_.size(); ++i) out.write(i, 0, entries_[i].data());
+    out.commit();
   }
 
   // The whole file in memory.
   std::vector<std::byte> to_bytes(order o = order::sorted) const {
-    const auto lay = layout(o);  // not a structured binding: clang < 16 cannot capture those
-    const auto& infos = lay.first;
-    const auto& seq = lay.second;
-    const std::string head = detail::serialize_safetensors_header(infos, metadata);
-    const auto len = prefix(head.size());
-    std::vector<std::byte> out(8 + head.size() + (infos.empty() ? 0 : infos.back().end));
+    auto placed = infos();
+    const auto seq = detail::st_place(placed, o);
+    const std::string head = detail::st_header(placed, seq, metadata);
+    const auto len = detail::st_prefix(head.size());
+    std::uint64_t data = 0;
+    for (const auto& t : placed) data = std::max(data, t.end);
+    std::vector<std::byte> out(8 + head.size() + data);
     std::memcpy(out.data(), len.data(), 8);
     std::memcpy(out.data() + 8, head.data(), head.size());
-    for (std::size_t k = 0; k < seq.size(); ++k) {
-      const auto d = entries_[seq[k]].data();
-      if (!d.empty()) std::memcpy(out.data() + 8 + head.size() + infos[k].begin, d.data(), d.size());
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      const auto d = entries_[i].data();
+      if (!d.empty()) std::memcpy(out.data() + 8 + head.size() + placed[i].begin, d.data(), d.size());
     }
     return out;
   }
@@ -264,57 +372,56 @@ class safetensors_writer {
   };
 
   tensor_info check(std::string name, dtype t, std::vector<std::int64_t> shape, std::size_t bytes) {
-    const std::string where = strata::cat("safetensors writer: tensor \"", name, "\": ");
-    if (name == "__metadata__") throw checkpoint_error(where + "the name is reserved for the metadata");
-    if (!names_.insert(name).second) throw checkpoint_error(where + "added twice");
-    std::uint64_t n = 1;
-    for (auto d : shape) {
-      if (d < 0) throw checkpoint_error(strata::cat(where, "negative extent ", d));
-      if (d != 0 && n > UINT64_MAX / static_cast<std::uint64_t>(d))
-        throw checkpoint_error(where + "element count overflows");
-      n *= static_cast<std::uint64_t>(d);
-    }
-    if (n != 0 && n > UINT64_MAX / size_of(t)) throw checkpoint_error(where + "byte count overflows");
-    if (n * size_of(t) != bytes)
-      throw checkpoint_error(
-          strata::cat(where, n, " elements of ", name_of(t), " are ", n * size_of(t), " bytes, given ", bytes));
-    tensor_info info;
-    info.name = std::move(name);
-    info.dtype = t;
-    info.shape = std::move(shape);
+    tensor_info info = detail::st_checked_info(std::move(name), t, std::move(shape), names_);
+    if (info.numel() * size_of(t) != bytes)
+      throw checkpoint_error(strata::cat("safetensors writer: tensor \"", info.name, "\": ", info.numel(),
+                                         " elements of ", name_of(t), " are ", info.numel() * size_of(t),
+                                         " bytes, given ", bytes));
     return info;
   }
 
-  static std::array<unsigned char, 8> prefix(std::uint64_t n) {
-    std::array<unsigned char, 8> b{};
-    for (int i = 0; i < 8; ++i) b[static_cast<std::size_t>(i)] = static_cast<unsigned char>(n >> (8 * i));
-    return b;
-  }
-
-  std::pair<std::vector<tensor_info>, std::vector<std::size_t>> layout(order o) const {
-    std::vector<std::size_t> seq(entries_.size());
-    for (std::size_t i = 0; i < seq.size(); ++i) seq[i] = i;
-    if (o == order::sorted)
-      std::stable_sort(seq.begin(), seq.end(), [&](std::size_t a, std::size_t b) {
-        const auto& x = entries_[a].info;
-        const auto& y = entries_[b].info;
-        const int rx = detail::st_dtype_rank(x.dtype), ry = detail::st_dtype_rank(y.dtype);
-        return rx != ry ? rx > ry : x.name < y.name;
-      });
-    std::vector<tensor_info> infos;
-    std::uint64_t at = 0;
-    for (auto i : seq) {
-      tensor_info t = entries_[i].info;
-      t.begin = at;
-      t.end = at += entries_[i].data().size();
-      infos.push_back(std::move(t));
-    }
-    return {std::move(infos), std::move(seq)};
+  std::vector<tensor_info> infos() const {
+    std::vector<tensor_info> v;
+    for (const auto& e : entries_) v.push_back(e.info);
+    return v;
   }
 
   std::vector<entry> entries_;
   std::set<std::string> names_;
 };
+
+namespace detail {
+
+// fp32 values as the bytes of F32, or of BF16 (round to nearest even), into `out`.
+inline void st_float_bytes(std::span<const float> values, dtype as, std::vector<std::byte>& out) {
+  out.resize(values.size() * size_of(as));
+  if (as == dtype::f32) {
+    if (!values.empty()) std::memcpy(out.data(), values.data(), out.size());
+    return;
+  }
+  for (std::size_t k = 0; k < values.size(); ++k) {
+    const bf16 h(values[k]);
+    std::memcpy(out.data() + k * sizeof(bf16), &h, sizeof(bf16));
+  }
+}
+
+// The tensors of a model's weights file: names[i] of shapes[i] as F32 or BF16.
+inline std::vector<tensor_info> st_weight_infos(const std::string& file, std::span<const std::string> names,
+                                                std::span<const shape> shapes, dtype as) {
+  if (as != dtype::f32 && as != dtype::bf16)
+    throw checkpoint_error(strata::cat(file, ": weights are written as F32 or BF16, not ", name_of(as)));
+  if (names.size() != shapes.size())
+    throw checkpoint_error(strata::cat(file, ": ", names.size(), " names but ", shapes.size(), " shapes"));
+  std::vector<tensor_info> infos(names.size());
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    infos[i].name = names[i];
+    infos[i].dtype = as;
+    infos[i].shape.assign(shapes[i].dims.begin(), shapes[i].dims.begin() + static_cast<long>(shapes[i].rank));
+  }
+  return infos;
+}
+
+}  // namespace detail
 
 // Writes a model's consolidated weights: `values` holds the params in order, each
 // names[i] of shapes[i], as F32 or BF16 (round to nearest even). The metadata gets
@@ -323,37 +430,23 @@ inline void export_weights(const std::filesystem::path& path, std::span<const st
                            std::span<const shape> shapes, std::span<const float> values, dtype as = dtype::f32,
                            std::map<std::string, std::string> metadata = {}) {
   const std::string file = path.string();
-  if (as != dtype::f32 && as != dtype::bf16)
-    throw checkpoint_error(strata::cat(file, ": export_weights writes F32 or BF16, not ", name_of(as)));
-  if (names.size() != shapes.size())
-    throw checkpoint_error(
-        strata::cat(file, ": export_weights got ", names.size(), " names but ", shapes.size(), " shapes"));
+  auto infos = detail::st_weight_infos(file, names, shapes, as);
   std::size_t total = 0;
   for (auto& s : shapes) total += s.numel();
   if (total != values.size())
     throw checkpoint_error(
         strata::cat(file, ": export_weights: the shapes hold ", total, " values, given ", values.size()));
-  safetensors_writer w;
-  w.metadata = std::move(metadata);
-  w.metadata.emplace("format", "pt");
+  metadata.emplace("format", "pt");
+  safetensors_stream out(path, std::move(infos), metadata);
+  std::vector<std::byte> bytes;
   std::size_t at = 0;
   for (std::size_t i = 0; i < names.size(); ++i) {
     const std::size_t n = shapes[i].numel();
-    std::vector<std::int64_t> dims(shapes[i].dims.begin(), shapes[i].dims.begin() + static_cast<long>(shapes[i].rank));
-    auto part = values.subspan(at, n);
-    if (as == dtype::f32) {
-      w.add(names[i], dims, part);
-    } else {
-      std::vector<std::byte> b(n * sizeof(bf16));
-      for (std::size_t k = 0; k < n; ++k) {
-        const bf16 h(part[k]);
-        std::memcpy(b.data() + k * sizeof(bf16), &h, sizeof(bf16));
-      }
-      w.add_owned(names[i], dtype::bf16, std::move(dims), std::move(b));
-    }
+    detail::st_float_bytes(values.subspan(at, n), as, bytes);
+    out.write(i, 0, bytes);
     at += n;
   }
-  w.write(path);
+  out.commit();
 }
 
 // Reads initial weights for params names[i] of shapes[i], concatenated in that order

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <filesystem>
+#include <memory>
 #include <set>
 #include <span>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "../core/dtype.hpp"
 #include "../core/error.hpp"
+#include "../io/export.hpp"
 #include "../io/hf_weights.hpp"
 #include "../model/layout.hpp"
 #include "../model/reflect.hpp"
@@ -68,27 +70,30 @@ void load_qwen2_weights(Trainer& tr, const std::filesystem::path& dir) {
 
 // Writes a Hugging Face directory of the trainer's weights (config.json from cfg, the
 // tensors under transformers' names, a tied copy left out as transformers saves it), as
-// F32 or BF16, sharded above max_shard_bytes. Collective (the weights are gathered);
-// world rank 0 writes.
+// F32 or BF16, sharded above max_shard_bytes. Collective; world rank 0 writes, streaming
+// the weights piece by piece (no rank holds the model).
 template <class Trainer>
 void export_qwen2(Trainer& tr, const std::filesystem::path& dir, const qwen2_config& cfg, dtype as = dtype::f32,
                   std::uint64_t max_shard_bytes = std::uint64_t{5} << 30) {
-  const std::vector<float> values = tr.gather_master();
-  if (tr.grid_ref().world().rank() != 0) return;
-  std::vector<hf_tensor> tensors;
-  std::size_t at = 0, i = 0;
+  constexpr std::size_t skipped = static_cast<std::size_t>(-1);
+  std::vector<hf_weights_writer::tensor> tensors;
+  std::vector<std::size_t> tensor_of;  // per layout param: its tensor in the directory, or skipped
+  std::size_t i = 0;
   for_each_param(tr.model(), [&](const auto& p, std::string_view) {
     const auto& slot = tr.layout().params()[i++];
     const shape full = p.sharded() ? p.full_shape : p.shape;
-    const std::size_t n = full.numel();
     // Tied copies and absent biases are not written, as transformers saves the model.
-    if (slot.tied_to.empty() && n != 0)
-      tensors.push_back({qwen2_hf_name(slot.name), full, std::span(values).subspan(at, n)});
-    at += n;
+    const bool written = slot.tied_to.empty() && full.numel() != 0;
+    tensor_of.push_back(written ? tensors.size() : skipped);
+    if (written) tensors.push_back({qwen2_hf_name(slot.name), full});
   });
   nlohmann::json config = cfg.to_json();
   config["torch_dtype"] = as == dtype::bf16 ? "bfloat16" : "float32";
-  write_hf_weights(dir, config, tensors, as, max_shard_bytes);
+  detail::stream_weights_to_rank0(
+      tr, [&] { return std::make_unique<hf_weights_writer>(dir, config, tensors, as, max_shard_bytes); },
+      [&](hf_weights_writer& out, std::size_t p, std::size_t first, std::span<const float> values) {
+        if (tensor_of[p] != skipped) out.write(tensor_of[p], first, values);
+      });
 }
 
 }  // namespace strata::models

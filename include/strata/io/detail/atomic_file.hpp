@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -96,6 +97,16 @@ class write_sink {
     }
     written_ += bytes.size();
   }
+  // Writes at a byte offset of the file, wherever the sequential writes have got to.
+  void write_at(std::uint64_t offset, std::span<const std::byte> bytes) {
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t r = ::pwrite(fd_, bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) throw checkpoint_error(cat(path_, ": write at byte ", offset + done, " failed: ", errno_text(errno)));
+      done += static_cast<std::size_t>(r);
+    }
+  }
   std::uint64_t written() const noexcept { return written_; }
 
  private:
@@ -115,36 +126,57 @@ inline void fsync_directory(const std::filesystem::path& dir, const std::string&
     throw checkpoint_error(cat(for_path, ": fsync of its directory failed: ", errno_text(e)));
 }
 
-// Writes `path` so that readers see either the old file or the complete new one: the
-// content goes to a temporary file in the same directory, which is fsynced and renamed
-// over `path`; the directory is fsynced so the rename survives a crash. On any failure
-// the temporary file is removed and `path` is untouched.
+// A file that becomes `path` at once: written under a temporary name in the same
+// directory (sequentially or at offsets, through sink()), then commit() fsyncs it, renames
+// it over `path` and fsyncs the directory so the rename survives a crash. Destroyed
+// without commit (a failure on the way), the temporary file is removed and `path` is
+// untouched: readers see the old file or the complete new one.
+class staged_file {
+ public:
+  explicit staged_file(const std::filesystem::path& path)
+      : path_(path), target_(path.string()), tmp_(temporary_name(path)) {
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw checkpoint_error(cat(target_, ": cannot create temporary file ", tmp_, ": ", errno_text(errno)));
+    sink_.emplace(fd_, target_);
+  }
+  staged_file(const staged_file&) = delete;
+  staged_file& operator=(const staged_file&) = delete;
+  ~staged_file() {
+    if (committed_) return;
+    if (fd_ >= 0) ::close(fd_);
+    ::unlink(tmp_.c_str());
+  }
+
+  write_sink& sink() { return *sink_; }
+
+  void commit() {
+    if (::fsync(fd_) != 0) throw checkpoint_error(cat(target_, ": fsync failed: ", errno_text(errno)));
+    const int fd = std::exchange(fd_, -1);  // close releases the descriptor even when it reports an error
+    if (::close(fd) != 0) throw checkpoint_error(cat(target_, ": close failed: ", errno_text(errno)));
+    if (::rename(tmp_.c_str(), target_.c_str()) != 0)
+      throw checkpoint_error(cat(target_, ": cannot rename the temporary file into place: ", errno_text(errno)));
+    committed_ = true;
+    fsync_directory(path_.parent_path(), target_);
+  }
+
+ private:
+  static std::string temporary_name(const std::filesystem::path& path) {
+    static std::atomic<unsigned> counter{0};
+    return (path.parent_path() / cat(".", path.filename().string(), ".tmp.", ::getpid(), ".", counter++)).string();
+  }
+
+  std::filesystem::path path_;
+  std::string target_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+  std::optional<write_sink> sink_;
+};
+
+// Writes `path` atomically (see staged_file) with what `fill` writes through the sink.
 inline void atomic_write(const std::filesystem::path& path, const std::function<void(write_sink&)>& fill) {
-  static std::atomic<unsigned> counter{0};
-  const std::string target = path.string();
-  const std::filesystem::path tmp =
-      path.parent_path() / cat(".", path.filename().string(), ".tmp.", ::getpid(), ".", counter++);
-  const std::string tmp_s = tmp.string();
-  const int fd = ::open(tmp_s.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) throw checkpoint_error(cat(target, ": cannot create temporary file ", tmp_s, ": ", errno_text(errno)));
-  bool open = true;
-  try {
-    write_sink sink(fd, target);
-    fill(sink);
-    if (::fsync(fd) != 0) throw checkpoint_error(cat(target, ": fsync failed: ", errno_text(errno)));
-    open = false;  // close releases the descriptor even when it reports an error
-    if (::close(fd) != 0) throw checkpoint_error(cat(target, ": close failed: ", errno_text(errno)));
-  } catch (...) {
-    if (open) ::close(fd);
-    ::unlink(tmp_s.c_str());
-    throw;
-  }
-  if (::rename(tmp_s.c_str(), target.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp_s.c_str());
-    throw checkpoint_error(cat(target, ": cannot rename the temporary file into place: ", errno_text(e)));
-  }
-  fsync_directory(path.parent_path(), target);
+  staged_file f(path);
+  fill(f.sink());
+  f.commit();
 }
 
 }  // namespace strata::detail

@@ -108,7 +108,7 @@ class trainer_weights {
   // ranks that hold it (equal bits where several do), assembled by a max over the bit
   // patterns widened to 64 bits: exact, negative zeros and NaNs included.
   template <class F>
-  void for_each_piece(F&& f, std::size_t piece = std::size_t{1} << 22) {
+  void for_each_piece(F&& f, std::size_t piece = std::size_t{1} << 20) {
     std::vector<bool> here(layout_.params().size(), false);
     for (std::size_t i : params_.mine) here[i] = true;
     struct held {
