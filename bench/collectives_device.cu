@@ -111,10 +111,9 @@ class raw_nccl {
 int strata_bench::run_collectives_cuda(int argc, char** argv) {
   const options opt = parse(argc, argv);
   strata::environment env(argc, argv);
-  if (!strata::cuda_available()) {
-    if (env.rank() == 0) std::printf("collectives --device cuda: no GPU on this machine; nothing to measure\n");
-    return 0;
-  }
+  if (const auto gpu = strata::probe_cuda(); !gpu.usable)
+    return strata_bench::no_gpu_status("collectives --device cuda", gpu.absent, strata::gpu_required(), gpu.reason,
+                                       env.rank() == 0);
   try {
     strata::select_device(env.local_rank());
     strata::cuda_stream compute;

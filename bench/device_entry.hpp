@@ -93,6 +93,21 @@ inline void parse_int_options(int argc, char** argv, std::initializer_list<int_o
   }
 }
 
+// The verdict of a --device cuda path on a machine without a usable GPU (the probe's
+// reason printed after `what`): exit 0 where there is none to measure, 1 where the GPU is
+// broken, or where STRATA_REQUIRE_GPU=1 (scripts/gpu-check) says there must be one.
+// `say`: whether this process prints it (rank 0 of several).
+inline int no_gpu_status(const char* what, bool absent, bool required, const std::string& reason, bool say = true) {
+  const bool skip = absent && !required;
+  if (say)
+    std::printf("%s: %s (%s); nothing to measure%s\n", what, absent ? "no GPU" : "the GPU cannot be used",
+                reason.c_str(),
+                skip     ? ""
+                : absent ? " (STRATA_REQUIRE_GPU=1: a failure)"
+                         : "");
+  return skip ? 0 : 1;
+}
+
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t m = v.size() / 2;

@@ -93,13 +93,8 @@ double time_ms(const options& o, cudaStream_t s, Fn&& fn) {
 
 int strata_bench::run_optimizer_cuda(int argc, char** argv) {
   const options o = parse(argc, argv);
-  if (!strata::cuda_available()) {
-    int n = 0;
-    const cudaError_t e = cudaGetDeviceCount(&n);
-    std::printf("optimizer --device cuda: no GPU (%s); nothing to measure\n",
-                e == cudaSuccess ? "the driver reports 0 devices" : cudaGetErrorString(e));
-    return 0;
-  }
+  if (const auto gpu = strata::probe_cuda(); !gpu.usable)
+    return strata_bench::no_gpu_status("optimizer --device cuda", gpu.absent, strata::gpu_required(), gpu.reason);
   try {
     strata::select_device(0);
     cudaDeviceProp prop{};

@@ -56,10 +56,11 @@ strata::environment& env() {
 }
 
 // Every collective of a size-1 communicator, checked against its one-process meaning.
-void check_collectives(strata::nccl_comm& c) {
+// `compute` becomes c's compute stream: the caller's, so that it outlives every later use
+// of c (a moved communicator still records events on it).
+void check_collectives(strata::nccl_comm& c, strata::cuda_stream& compute) {
   REQUIRE(c.size() == 1);
   REQUIRE(c.rank() == 0);
-  strata::cuda_stream compute;
   c.set_compute_stream(compute.get());
   const std::size_t n = 100'003;
   const auto input = random_floats(n, 11);
@@ -120,10 +121,11 @@ void check_collectives(strata::nccl_comm& c) {
 
 TEST_CASE("bootstrap over the host communicator (MPI broadcast of the ncclUniqueId)") {
   strata::select_device(env().local_rank());
+  strata::cuda_stream compute;  // declared first: destroyed after the communicator
   strata::nccl_comm c(env().world(), {.name = "world_nccl"});
   CHECK(c.name() == "world_nccl");
   CHECK(c.device() == strata::current_device());
-  check_collectives(c);
+  check_collectives(c, compute);
 }
 
 TEST_CASE("bootstrap without MPI (TCP rendezvous from MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE)") {
@@ -133,9 +135,10 @@ TEST_CASE("bootstrap without MPI (TCP rendezvous from MASTER_ADDR, MASTER_PORT, 
   ::setenv("RANK", "0", 1);
   ::setenv("WORLD_SIZE", "1", 1);
   ::setenv("LOCAL_RANK", "0", 1);
+  strata::cuda_stream compute;  // declared first: destroyed after both communicators
   auto c = strata::nccl_comm::from_env();
   CHECK(c.device() == 0);
-  check_collectives(c);
+  check_collectives(c, compute);
   // Moving keeps the communicator working.
   strata::nccl_comm moved = std::move(c);
   strata::cuda_buffer<float> x(16);

@@ -5,7 +5,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <string_view>
 
 #include "../core/buffer.hpp"
 #include "../core/error.hpp"
@@ -27,6 +30,40 @@ inline int cuda_device_count() noexcept {
 }
 
 inline bool cuda_available() noexcept { return cuda_device_count() > 0; }
+
+// What a program that needs a GPU finds: a usable device, none at all (no NVIDIA driver
+// installed, cudaErrorNoDevice, or a count of 0: the one case a GPU test may skip), or a
+// broken GPU machine (a driver older than this runtime, or any other error), with why.
+struct cuda_probe {
+  bool usable = false, absent = false;
+  int devices = 0;
+  std::string reason;  // empty when usable
+};
+
+inline cuda_probe probe_cuda() {
+  cuda_probe p;
+  const cudaError_t e = cudaGetDeviceCount(&p.devices);
+  int driver = 0;
+  (void)cudaDriverGetVersion(&driver);  // 0 when no driver is installed
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    p.devices = 0;
+    p.absent = driver == 0 || e == cudaErrorNoDevice;
+    p.reason = strata::cat(detail::cuda_error_text(e), driver == 0 ? " (no NVIDIA driver is installed)" : "");
+  } else if (p.devices == 0) {
+    p.absent = true;
+    p.reason = "the driver reports 0 devices (CUDA_VISIBLE_DEVICES?)";
+  }
+  p.usable = p.devices > 0;
+  return p;
+}
+
+// STRATA_REQUIRE_GPU=1 (set by scripts/gpu-check): a program that would skip for want of
+// a GPU fails instead, so a machine meant to have one cannot report success without it.
+inline bool gpu_required() {
+  const char* v = std::getenv("STRATA_REQUIRE_GPU");
+  return v && std::string_view(v) == "1";
+}
 
 // Throws a cuda_error saying why no device can be used, and what to check.
 inline void require_cuda(const char* who = "strata") {

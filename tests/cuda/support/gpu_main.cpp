@@ -1,29 +1,33 @@
-// main() for CUDA tests. A test that needs a GPU exits 77 (ctest: skipped) where none is
-// usable, so a machine without one never reports it as passed; a test of the no-GPU
-// behaviour exits 77 where a GPU is present. STRATA_TEST_GPU is 1 or 0, set by the build.
+// main() for CUDA tests. A test that needs a GPU exits 77 (ctest: skipped) on a machine
+// without one, so that it never reports it as passed, and fails on a machine whose GPU
+// cannot be used (strata::probe_cuda) or, with STRATA_REQUIRE_GPU=1, on one without; a test
+// of the no-GPU behaviour exits 77 where a GPU is present. STRATA_TEST_GPU is 1 or 0, set
+// by the build.
 #if STRATA_CATCH3
 #include <catch2/catch_session.hpp>
 #else
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 #endif
-#include <cuda_runtime_api.h>
-
 #include <cstdio>
+#include <strata/space/cuda.hpp>
 
 int main(int argc, char** argv) {
-  int devices = 0;
-  const cudaError_t e = cudaGetDeviceCount(&devices);
-  const bool usable = e == cudaSuccess && devices > 0;
+  const strata::cuda_probe gpu = strata::probe_cuda();
 #if STRATA_TEST_GPU
-  if (!usable) {
-    std::printf("SKIPPED: no usable CUDA device (%s); this test runs on a machine with a GPU\n",
-                e == cudaSuccess ? "the driver reports 0 devices" : cudaGetErrorString(e));
-    return 77;
+  if (!gpu.usable) {
+    // Only a machine without a GPU skips; a broken one (an old driver) fails, and with
+    // STRATA_REQUIRE_GPU=1 (scripts/gpu-check) so does a missing one.
+    const bool skip = gpu.absent && !strata::gpu_required();
+    std::printf("%s: no usable CUDA device (%s)%s\n", skip ? "SKIPPED" : "FAILED", gpu.reason.c_str(),
+                skip         ? "; this test runs on a machine with a GPU"
+                : gpu.absent ? "; STRATA_REQUIRE_GPU=1 says this machine must have one"
+                             : "; the machine has a GPU that this build cannot use");
+    return skip ? 77 : 1;
   }
 #else
-  if (usable) {
-    std::printf("SKIPPED: this test checks the behaviour without a GPU, and %d device(s) are present\n", devices);
+  if (gpu.usable) {
+    std::printf("SKIPPED: this test checks the behaviour without a GPU, and %d device(s) are present\n", gpu.devices);
     return 77;
   }
 #endif
