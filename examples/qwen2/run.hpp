@@ -1,10 +1,9 @@
 // examples/qwen2: one fine-tuning run under fixed policies, shared by the host
 // translation units (run_fp32.cpp, run_bf16.cpp, run_fp16.cpp: one per precision, so
-// that the build compiles them in parallel) and the CUDA one (run_cuda.cu).
+// that the build compiles them in parallel) and the CUDA ones (run_cuda_<precision>.cu).
 #pragma once
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <span>
 #include <string>
@@ -14,6 +13,7 @@
 #include <strata/data/windows.hpp>
 #include <strata/models/qwen2.hpp>
 #include <strata/models/qwen2_io.hpp>
+#include <strata/observe/resident.hpp>
 #include <strata/strata.hpp>
 
 #include "../common/config.hpp"
@@ -54,21 +54,6 @@ STRATA_EXAMPLE_RUN_CUDA(run_args);
 int run_cuda_fp32(const run_args& a);
 int run_cuda_bf16(const run_args& a);
 int run_cuda_fp16(const run_args& a);
-
-// This process's peak resident memory (VmHWM), in bytes: what the memory report is held to.
-inline std::size_t peak_rss_bytes() {
-  std::ifstream f("/proc/self/status");
-  std::string key;
-  while (f >> key) {
-    if (key == "VmHWM:") {
-      std::size_t kb = 0;
-      f >> kb;
-      return kb * 1024;
-    }
-    std::getline(f, key);
-  }
-  return 0;
-}
 
 // The files a Hugging Face directory needs besides the weights, copied from the model's
 // (or --tokenizer's) directory so that the export loads with its tokenizer.
@@ -154,7 +139,7 @@ int run(const run_args& a) {
   const char* const cats[] = {"params", "grads", "master", "optimizer_states", "comm_buffers", "activations", "total"};
   std::vector<double> mine;
   for (const char* c : cats) mine.push_back(mem.value(c, 0.0));
-  mine.push_back(static_cast<double>(peak_rss_bytes()));
+  mine.push_back(static_cast<double>(strata::peak_resident_bytes()));
   mine.push_back(g.pp_rank());
   const std::size_t per = mine.size();
   std::vector<double> all(per * static_cast<std::size_t>(a.env.size()));

@@ -62,3 +62,4 @@
 #include "train/weights_hash.hpp"
 
 #include "observe/progress.hpp"
+#include "observe/resident.hpp"

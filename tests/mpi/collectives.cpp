@@ -3,7 +3,6 @@
 // that each rank computes from the inputs of all ranks (which are functions of rank and index).
 #include <algorithm>
 #include <cstdint>
-#include <fstream>
 #include <limits>
 #include <span>
 #include <string>
@@ -11,6 +10,8 @@
 
 #include <strata/comm/communicator.hpp>
 #include <strata/comm/environment.hpp>
+#include <strata/observe/resident.hpp>
+
 #include "catch.hpp"
 
 using strata::reduce_op;
@@ -322,21 +323,6 @@ TEST_CASE("buffers over the int count limit are sent in chunks", "[collectives][
   }
 }
 
-// This process's peak resident bytes so far (VmHWM).
-static std::size_t peak_resident() {
-  std::ifstream f("/proc/self/status");
-  std::string key;
-  while (f >> key) {
-    if (key == "VmHWM:") {
-      std::size_t kb = 0;
-      f >> kb;
-      return kb * 1024;
-    }
-    std::getline(f, key);
-  }
-  return 0;
-}
-
 TEST_CASE("a large reduce_scatter holds one block more on any rank, not the whole buffer twice on rank 0",
           "[collectives][memory]") {
   strata::environment env;
@@ -347,9 +333,9 @@ TEST_CASE("a large reduce_scatter holds one block more on any rank, not the whol
   const auto in = values<float>(me, n * static_cast<std::size_t>(p));
   std::vector<float> out(n, 1.0f), want(n);
   for (std::size_t i = 0; i < n; ++i) want[i] = reduced<float>(p, static_cast<std::size_t>(me) * n + i, reduce_op::sum);
-  const std::size_t before = peak_resident();
+  const std::size_t before = strata::peak_resident_bytes();
   w.reduce_scatter(std::span(in), std::span(out), reduce_op::sum);
-  const std::size_t grew = peak_resident() - before;
+  const std::size_t grew = strata::peak_resident_bytes() - before;
   require_equal(out, want, label("large reduce_scatter", n, reduce_op::sum));
   // Open MPI's one-call reduce_scatter grows rank 0 by about twice the 80 MiB buffer.
   INFO("rank " << me << ": peak grew by " << grew / 1024 << " KiB over a reduce_scatter of " << (n * p * 4) / 1024

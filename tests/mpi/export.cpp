@@ -3,7 +3,6 @@
 // Face directory are written piece by piece, so no rank's peak memory grows by the model
 // (gather_master held four full copies on every rank), and what they write is the model.
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -11,29 +10,13 @@
 #include <strata/io/hf_weights.hpp>
 #include <strata/strata.hpp>
 
+#include <strata/observe/resident.hpp>
+
 #include "catch.hpp"
 #include "mlp_run.hpp"
 #include "shared_dir.hpp"
 
 using namespace strata;
-
-namespace {
-
-std::size_t peak_resident() {
-  std::ifstream f("/proc/self/status");
-  std::string key;
-  while (f >> key) {
-    if (key == "VmHWM:") {
-      std::size_t kb = 0;
-      f >> kb;
-      return kb * 1024;
-    }
-    std::getline(f, key);
-  }
-  return 0;
-}
-
-}  // namespace
 
 TEST_CASE("hash and export stream: no rank holds the model, and the file is the model") {
   environment env;
@@ -51,10 +34,10 @@ TEST_CASE("hash and export stream: no rank holds the model, and the file is the 
   if (w.rank() == 0) std::filesystem::create_directories(dir.path);
   const std::size_t model_bytes = tr.layout().total() * sizeof(float);
 
-  const std::size_t before = peak_resident();
+  const std::size_t before = strata::peak_resident_bytes();
   const std::uint64_t hash = weights_hash_of(tr);
   export_safetensors(tr, dir.path / "model.safetensors");
-  const std::size_t grew = peak_resident() - before;
+  const std::size_t grew = strata::peak_resident_bytes() - before;
   INFO("rank " << w.rank() << ": peak grew by " << grew / 1024 << " KiB for a model of " << model_bytes / 1024
                << " KiB");
   CHECK(grew < model_bytes / 2);
