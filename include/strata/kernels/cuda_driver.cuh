@@ -119,6 +119,7 @@ void run_cuda(std::size_t n, const F& f, cudaStream_t stream) {
   constexpr auto kernel = &detail::grid_stride_kernel<F>;
   const std::size_t needed = (n + detail::cuda_block - 1) / detail::cuda_block;
   const int blocks = static_cast<int>(std::min<std::size_t>(needed, detail::resident_blocks(kernel)));
+  strata::detail::clear_stale_cuda_error();
   kernel<<<blocks, detail::cuda_block, 0, stream>>>(n, f);
   detail::check_launch("run_cuda");
 }

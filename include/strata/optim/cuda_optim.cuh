@@ -55,6 +55,7 @@ void run_cuda_runs(const cuda_run_table& table, const F& decayed, const F& undec
   if (table.tiles() == 0) return;
   constexpr auto kernel = &detail::runs_kernel<F>;
   const int blocks = static_cast<int>(std::min<std::size_t>(table.tiles(), kernels::detail::resident_blocks(kernel)));
+  strata::detail::clear_stale_cuda_error();
   kernel<<<blocks, kernels::detail::cuda_block, 0, stream>>>(table.device_data(), table.runs(), table.tiles(), decayed,
                                                              undecayed);
   kernels::detail::check_launch("run_cuda_runs");

@@ -236,6 +236,7 @@ struct ops<cuda> {
   template <class F>
   static void map(const exec_type& exec, std::int64_t n, const F& f) {
     if (n <= 0) return;
+    strata::detail::clear_stale_cuda_error();
     detail::map_kernel<<<detail::cuda_blocks_for_threads(n), detail::cuda_ops_block, 0, exec.stream>>>(n, f);
     detail::check_ops_launch();
   }
@@ -243,6 +244,7 @@ struct ops<cuda> {
   template <class F>
   static void rows(const exec_type& exec, std::int64_t rows, std::int64_t, const F& f) {
     if (rows <= 0) return;
+    strata::detail::clear_stale_cuda_error();
     detail::rows_kernel<detail::cuda_ops_block>
         <<<detail::cuda_blocks_for(rows), detail::cuda_ops_block, 0, exec.stream>>>(rows, f);
     detail::check_ops_launch();
@@ -252,6 +254,7 @@ struct ops<cuda> {
   static void add_column_sums(const exec_type& exec, std::int64_t rows, std::int64_t cols, const Term& term,
                               float* out) {
     if (cols <= 0) return;
+    strata::detail::clear_stale_cuda_error();
     detail::column_sums_kernel<<<detail::cuda_blocks_for_threads(cols), detail::cuda_ops_block, 0, exec.stream>>>(
         rows, cols, term, out);
     detail::check_ops_launch();
@@ -259,6 +262,7 @@ struct ops<cuda> {
 
   template <class Term>
   static void mean(const exec_type& exec, std::int64_t n, const Term& term, double count, float* out) {
+    strata::detail::clear_stale_cuda_error();
     detail::mean_kernel<<<1, detail::cuda_ops_block, 0, exec.stream>>>(n, term, count, out);
     detail::check_ops_launch();
   }
@@ -272,6 +276,7 @@ struct ops<cuda> {
     // All bits set: larger than every position, so atomicMin finds the first.
     STRATA_CHECK_CUDA(cudaMemsetAsync(first, 0xff, sizeof(unsigned long long), exec.stream));
     if (n > 0) {
+      strata::detail::clear_stale_cuda_error();
       detail::check_ids_kernel<detail::cuda_ops_block>
           <<<detail::cuda_blocks_for_threads(n), detail::cuda_ops_block, 0, exec.stream>>>(n, limit, values, labels,
                                                                                            first);
@@ -294,6 +299,7 @@ struct ops<cuda> {
                                std::int64_t local, const float* ids, const float* src, float* out) {
     if (n == 0 || d == 0 || local == 0) return;
     const std::int64_t parts = std::max<std::int64_t>(1, std::min(local, detail::cuda_scatter_owners / d));
+    strata::detail::clear_stale_cuda_error();
     detail::scatter_rows_kernel<detail::cuda_ops_block>
         <<<detail::cuda_blocks_for_threads(parts * d), detail::cuda_ops_block, 0, exec.stream>>>(n, d, lo, local, parts,
                                                                                                  ids, src, out);

@@ -23,6 +23,12 @@ inline void check_cuda(cudaError_t code, const char* call, const std::source_loc
   }
 }
 
+// Before a kernel launch: drops an error an earlier call left behind and nobody read (a
+// call whose code was ignored on purpose, such as restoring a device in a destructor), so
+// the check after the launch reports the launch's own error, not an older one. A sticky
+// error (a broken context) fails the launch itself and is reported there.
+inline void clear_stale_cuda_error() noexcept { (void)cudaGetLastError(); }
+
 }  // namespace strata::detail
 
 // Throws strata::cuda_error naming the call, CUDA's error text, file and line.
