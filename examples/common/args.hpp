@@ -55,14 +55,15 @@ class args {
  public:
   args(int argc, char** argv, std::set<std::string> flags) : flags_(std::move(flags)) {
     for (int i = 1; i < argc; ++i) {
-      std::string a = argv[i];
-      if (a.rfind("--", 0) != 0) throw usage_error("unexpected argument '" + a + "' (options start with --)");
-      a = a.substr(2);
+      const std::string_view arg = argv[i];
+      if (arg.rfind("--", 0) != 0)
+        throw usage_error("unexpected argument '" + std::string(arg) + "' (options start with --)");
+      std::string a(arg.substr(2));
       if (flags_.count(a)) {
-        values_[a] = "1";
+        values_.insert_or_assign(std::move(a), std::string(1, '1'));
       } else {
         if (i + 1 >= argc) throw usage_error("option --" + a + " needs a value");
-        values_[a] = argv[++i];
+        values_.insert_or_assign(std::move(a), std::string(argv[++i]));
       }
     }
   }

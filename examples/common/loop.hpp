@@ -4,11 +4,13 @@
 #pragma once
 #include <cstdio>
 #include <fstream>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <strata/io/export.hpp>
 #include <strata/observe/progress.hpp>
+#include <strata/observe/resident.hpp>
 #include <strata/train/weights_hash.hpp>
 
 #include "args.hpp"
@@ -91,10 +93,41 @@ loop_result train_loop(
   return r;
 }
 
-// The report keys every example writes (the device among them); a program adds its own
-// before write_report.
+// Every rank's memory report next to its peak resident bytes so far and its resident
+// bytes before the trainer was built (base_rss: the program, its libraries, MPI), and its
+// pipeline stage, for the report's memory_per_rank: collective over `world`. Called last,
+// after any save or export, the peaks cover the whole run.
+template <class Trainer, class World>
+nlohmann::json memory_per_rank(Trainer& tr, World& world, int pp_rank, std::size_t base_rss) {
+  const nlohmann::json mem = tr.memory().to_json();
+  const char* const cats[] = {"params",           "grads",           "master",
+                              "optimizer_states", "comm_buffers",    "activations",
+                              "io_staging",       "offload_staging", "total"};
+  std::vector<double> mine;
+  for (const char* c : cats) mine.push_back(mem.value(c, 0.0));
+  mine.push_back(static_cast<double>(base_rss));
+  mine.push_back(static_cast<double>(strata::peak_resident_bytes()));
+  mine.push_back(pp_rank);
+  const std::size_t per = mine.size();
+  std::vector<double> all(per * static_cast<std::size_t>(world.size()));
+  world.all_gather(std::span<const double>(mine), std::span<double>(all));
+  nlohmann::json ranks = nlohmann::json::array();
+  for (std::size_t k = 0; k < static_cast<std::size_t>(world.size()); ++k) {
+    nlohmann::json rep;
+    for (std::size_t c = 0; c < std::size(cats); ++c) rep[cats[c]] = all[k * per + c];
+    ranks.push_back({{"rank", k},
+                     {"pp_rank", static_cast<int>(all[k * per + per - 1])},
+                     {"report", rep},
+                     {"peak_rss_bytes", all[k * per + per - 2]},
+                     {"base_rss_bytes", all[k * per + per - 3]}});
+  }
+  return ranks;
+}
+
+// The report keys every example writes (the device among them, and memory_per_rank's
+// gathering); a program adds its own before write_report.
 template <class Trainer>
-nlohmann::json base_report(Trainer& tr, const loop_result& r) {
+nlohmann::json base_report(Trainer& tr, const loop_result& r, nlohmann::json per_rank) {
   nlohmann::json j;
   j["device"] = Trainer::space_type::name;
   j["final_loss"] = r.last.loss;
@@ -102,6 +135,8 @@ nlohmann::json base_report(Trainer& tr, const loop_result& r) {
   j["weights_hash"] = r.hash;
   j["skipped_steps"] = tr.skipped_steps();
   j["memory"] = tr.memory().to_json();
+  j["memory"]["peak_rss_bytes"] = static_cast<double>(strata::peak_resident_bytes());
+  j["memory_per_rank"] = std::move(per_rank);
   j["params"] = r.params;
   return j;
 }

@@ -20,12 +20,11 @@ const std::string usage =
 }  // namespace
 
 int main(int argc, char** argv) {
+  examples::become_device_binary(argc, argv);
   strata::environment env(argc, argv);
   return examples::run_main("gpt", usage.c_str(), env.rank(), argc, argv, [&] {
     examples::args a(argc, argv, {"offload", "quiet"});
-    const std::string device = a.str("device", "cpu");
-    strata::expects<strata::config_error>(device == "cpu" || device == "cuda",
-                                          [&] { return "--device " + device + " is not one of cpu, cuda"; });
+    const std::string device = examples::read_device(a);
     examples::loop_options lo;
     lo.read(a, 10, 8);
     strata::runtime_policies pol;
@@ -52,9 +51,13 @@ int main(int argc, char** argv) {
       return strata::cat("gpt trains with AdamW in fp32; the config asks for ", pol.optimizer, " in ", pol.precision);
     });
     const gpt::run_args ra{env, model, tp, pp, lo, opts, cc, pol};
-    if (device == "cuda") return gpt::run_cuda(ra);
-    return strata::dispatch_sharding_schedule(pol, [&](auto s, auto sc) {
-      return gpt::run<strata::host, typename decltype(s)::type, typename decltype(sc)::type>(ra);
-    });
+    return examples::run_on(
+        device,
+        [&](auto space) {
+          return strata::dispatch_sharding_schedule(pol, [&](auto s, auto sc) {
+            return gpt::run<decltype(space), typename decltype(s)::type, typename decltype(sc)::type>(ra);
+          });
+        },
+        [&](auto) { return gpt::run_cuda(ra); });
   });
 }

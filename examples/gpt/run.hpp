@@ -28,6 +28,7 @@ int run(const run_args& a) {
   strata::grid g(a.env.world(), {.tensor = a.tp, .pipeline = a.pp});
   const int dp = g.dp_size();
   a.lo.validate(dp, a.opts.micro_batches);
+  const std::size_t base_rss = strata::resident_bytes();  // before the trainer exists
   strata::trainer<model, Space, Sharding, strata::adamw, strata::fp32, Schedule> tr(
       g, make_model(a.model, g.tp_rank(), g.tp_size()), a.opts, a.cc.template optimizer<strata::adamw>());
   synthetic_tokens data(a.model, a.lo.seed);
@@ -38,11 +39,12 @@ int run(const run_args& a) {
   // The pipeline's idle fraction, averaged over ranks.
   double fraction = r.step_seconds > 0 ? r.idle_seconds / r.step_seconds : 0;
   a.env.world().all_reduce(std::span<double>(&fraction, 1), strata::reduce_op::avg);
+  auto per_rank = examples::memory_per_rank(tr, a.env.world(), g.pp_rank(), base_rss);
   if (a.env.rank() == 0) {
     std::printf("final loss %.6f  weights_hash %s  tp %d dp %d pp %d  %s/%s  idle %.3f  params %zu  device %s\n",
                 static_cast<double>(r.last.loss), r.hash.c_str(), a.tp, dp, a.pp, Sharding::name, Schedule::name,
                 fraction, r.params, Space::name);
-    auto j = examples::base_report(tr, r);
+    auto j = examples::base_report(tr, r, std::move(per_rank));
     j["pipeline_idle_fraction"] = fraction;
     j["layout"] = {{"tp", a.tp}, {"dp", dp}, {"pp", a.pp}, {"zero", Sharding::name}, {"schedule", Schedule::name}};
     examples::write_report(a.lo.report, j);
@@ -50,7 +52,8 @@ int run(const run_args& a) {
   return 0;
 }
 
-// --device cuda: run in strata::cuda, by run_cuda.cu (see examples/common/device.hpp).
-STRATA_EXAMPLE_RUN_CUDA(run_args);
+// --device cuda: run in strata::cuda, by run_cuda.cu in the X-cuda executable (see
+// examples/common/device.hpp).
+int run_cuda(const run_args& a);
 
 }  // namespace gpt

@@ -20,12 +20,11 @@ const std::string usage =
 }  // namespace
 
 int main(int argc, char** argv) {
+  examples::become_device_binary(argc, argv);
   strata::environment env(argc, argv);
   return examples::run_main("mlp", usage.c_str(), env.rank(), argc, argv, [&] {
     examples::args a(argc, argv, {"offload", "quiet"});
-    const std::string device = a.str("device", "cpu");
-    strata::expects<strata::config_error>(device == "cpu" || device == "cuda",
-                                          [&] { return "--device " + device + " is not one of cpu, cuda"; });
+    const std::string device = examples::read_device(a);
     examples::loop_options lo;
     lo.read(a, 20, 64);
     strata::runtime_policies pol;
@@ -49,10 +48,14 @@ int main(int argc, char** argv) {
     a.check_all_used();
     opts.validate();
     const mlp::run_args ra{env, shape, lo, opts, cc, pol};
-    if (device == "cuda") return mlp::run_cuda(ra);
-    return strata::dispatch(pol, [&](auto s, auto o, auto p) {
-      return mlp::run<strata::host, typename decltype(s)::type, typename decltype(o)::type, typename decltype(p)::type>(
-          ra);
-    });
+    return examples::run_on(
+        device,
+        [&](auto space) {
+          return strata::dispatch(pol, [&](auto s, auto o, auto p) {
+            return mlp::run<decltype(space), typename decltype(s)::type, typename decltype(o)::type,
+                            typename decltype(p)::type>(ra);
+          });
+        },
+        [&](auto) { return mlp::run_cuda(ra); });
   });
 }

@@ -26,6 +26,7 @@ int run(const run_args& a) {
   strata::grid g(a.env.world(), {});
   const int ranks = g.dp_size(), rank = g.dp_rank();
   a.lo.validate(ranks, a.opts.micro_batches);
+  const std::size_t base_rss = strata::resident_bytes();  // before the trainer exists
   strata::trainer<model, Space, Sharding, Optimizer, Precision> tr(g, make_model(a.shape), a.opts,
                                                                    a.cc.template optimizer<Optimizer>());
   synthetic_data data(a.shape, a.lo.seed);
@@ -33,11 +34,12 @@ int run(const run_args& a) {
   const auto r = examples::train_loop(tr, a.lo, a.env.rank(), [&](long step, strata::batch<>& b) {
     data.fill(static_cast<std::uint64_t>(step * a.lo.batch + rank * local), local, b);
   });
+  auto per_rank = examples::memory_per_rank(tr, a.env.world(), 0, base_rss);
   if (rank == 0) {
     std::printf("final loss %.6f  weights_hash %s  policy %s/%s/%s  device %s  ranks %d  params %zu\n",
                 static_cast<double>(r.last.loss), r.hash.c_str(), Sharding::name, Optimizer::name, Precision::name,
                 Space::name, ranks, r.params);
-    auto j = examples::base_report(tr, r);
+    auto j = examples::base_report(tr, r, std::move(per_rank));
     j["policy"] = {{"sharding", Sharding::name}, {"optimizer", Optimizer::name}, {"precision", Precision::name}};
     j["ranks"] = ranks;
     examples::write_report(a.lo.report, j);
@@ -45,7 +47,8 @@ int run(const run_args& a) {
   return 0;
 }
 
-// --device cuda: run in strata::cuda, by run_cuda.cu (see examples/common/device.hpp).
-STRATA_EXAMPLE_RUN_CUDA(run_args);
+// --device cuda: run in strata::cuda, by run_cuda.cu in the X-cuda executable (see
+// examples/common/device.hpp).
+int run_cuda(const run_args& a);
 
 }  // namespace mlp

@@ -52,6 +52,7 @@ std::filesystem::path random_config(const std::string& spec) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  examples::become_device_binary(argc, argv);
   strata::environment env(argc, argv);
   return examples::run_main("qwen2", usage, env.rank(), argc, argv, [&]() -> int {
     examples::args a(argc, argv, {"offload", "quiet", "plan", "recompute"});
@@ -70,9 +71,7 @@ int main(int argc, char** argv) {
     o.weight_decay = static_cast<float>(a.real("weight-decay", 0.01));
     o.hf_export = a.str("export", "");
     o.export_dtype = a.str("export-dtype", "");
-    const std::string device = a.str("device", "cpu");
-    strata::expects<strata::config_error>(device == "cpu" || device == "cuda",
-                                          [&] { return "--device " + device + " is not one of cpu, cuda"; });
+    const std::string device = examples::read_device(a);
 
     examples::loop_options lo;
     lo.read(a, 10, 8);
@@ -144,12 +143,16 @@ int main(int argc, char** argv) {
       return 0;
     }
     const qwen2::run_args ra{env, o, lo, opts, cc, pol};
-    if (device == "cuda") return qwen2::run_cuda(ra);
-    if (pol.precision == "bf16") return qwen2::run_host_bf16(ra);
-    if (pol.precision == "fp16") return qwen2::run_host_fp16(ra);
-    strata::expects<strata::config_error>(pol.precision == "fp32", [&] {
-      return strata::cat("--precision ", pol.precision, " is not one of fp32, bf16, fp16");
-    });
-    return qwen2::run_host_fp32(ra);
+    strata::expects<strata::config_error>(
+        pol.precision == "fp32" || pol.precision == "bf16" || pol.precision == "fp16",
+        [&] { return strata::cat("--precision ", pol.precision, " is not one of fp32, bf16, fp16"); });
+    return examples::run_on(
+        device,
+        [&](auto) {
+          if (pol.precision == "bf16") return qwen2::run_host_bf16(ra);
+          if (pol.precision == "fp16") return qwen2::run_host_fp16(ra);
+          return qwen2::run_host_fp32(ra);
+        },
+        [&](auto) { return qwen2::run_cuda(ra); });
   });
 }

@@ -130,7 +130,8 @@ inline void print_plan(const run_options& o, const examples::loop_options& lo, c
       opts.micro_batches, lay["rows_per_micro_batch"].get<std::size_t>(), o.seq,
       pol.offload ? ", optimizer offloaded to host memory (ZeRO 1-3)" : "",
       opts.recompute.empty() ? "" : ", decoder layers recomputed");
-  const char* cats[] = {"params", "grads", "master", "optimizer_states", "comm_buffers", "activations", "total"};
+  const char* cats[] = {"params",      "grads",      "master", "optimizer_states", "comm_buffers", "offload_staging",
+                        "activations", "io_staging", "total"};
   for (std::size_t s = 0; s < j["zero"]["0"].size(); ++s) {
     if (j["zero"]["0"].size() > 1) std::printf("pipeline stage %zu:\n", s);
     std::printf("  %-18s", "");

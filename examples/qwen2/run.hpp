@@ -50,7 +50,7 @@ struct run_args {
 int run_host_fp32(const run_args& a);
 int run_host_bf16(const run_args& a);
 int run_host_fp16(const run_args& a);
-STRATA_EXAMPLE_RUN_CUDA(run_args);
+int run_cuda(const run_args& a);
 int run_cuda_fp32(const run_args& a);
 int run_cuda_bf16(const run_args& a);
 int run_cuda_fp16(const run_args& a);
@@ -88,6 +88,7 @@ int run(const run_args& a) {
   }
 
   adamw opt = a.cc.cfg ? a.cc.template optimizer<adamw>() : adamw{.weight_decay = o.weight_decay};
+  const std::size_t base_rss = strata::resident_bytes();  // before the trainer exists
   trainer<models::qwen2, Space, Sharding, adamw, Precision, Schedule> tr(
       g, models::make_qwen2(o.model, g.tp_rank(), g.tp_size()), a.opts, opt);
   if (!o.model_dir.empty() && a.lo.load.empty()) models::load_qwen2_weights(tr, o.model_dir);
@@ -134,21 +135,12 @@ int run(const run_args& a) {
   for (std::size_t i = r.seconds.size() > 1 ? 1 : 0; i < r.seconds.size(); ++i) seconds += r.seconds[i];
   const std::size_t timed = r.seconds.size() > 1 ? r.seconds.size() - 1 : r.seconds.size();
   const double tokens_per_s = seconds > 0 ? tokens_per_step * static_cast<double>(timed) / seconds : 0;
-  // Every rank's memory report (and pipeline stage, and peak resident bytes), gathered.
-  const nlohmann::json mem = tr.memory().to_json();
-  const char* const cats[] = {"params", "grads", "master", "optimizer_states", "comm_buffers", "activations", "total"};
-  std::vector<double> mine;
-  for (const char* c : cats) mine.push_back(mem.value(c, 0.0));
-  mine.push_back(static_cast<double>(strata::peak_resident_bytes()));
-  mine.push_back(g.pp_rank());
-  const std::size_t per = mine.size();
-  std::vector<double> all(per * static_cast<std::size_t>(a.env.size()));
-  a.env.world().all_gather(std::span<const double>(mine), std::span<double>(all));
+  auto per_rank = examples::memory_per_rank(tr, a.env.world(), g.pp_rank(), base_rss);
   if (rank == 0) {
     std::printf("final loss %.6f  weights_hash %s  tp %d dp %d pp %d  %s/%s/%s  %.0f tokens/s  params %zu\n",
                 static_cast<double>(r.last.loss), r.hash.c_str(), o.tp, dp, o.pp, Sharding::name, Precision::name,
                 Schedule::name, tokens_per_s, r.params);
-    auto j = examples::base_report(tr, r);
+    auto j = examples::base_report(tr, r, std::move(per_rank));
     j["val_losses"] = val_losses;
     j["tokens_per_s"] = tokens_per_s;
     j["step_seconds"] = r.seconds;
@@ -164,17 +156,6 @@ int run(const run_args& a) {
                    {"zero_stage", a.pol.zero_stage},
                    {"offload", a.pol.offload},
                    {"recompute", a.opts.recompute}};
-    j["memory"]["peak_rss_bytes"] = mine[per - 2];
-    nlohmann::json ranks = nlohmann::json::array();
-    for (std::size_t k = 0; k < static_cast<std::size_t>(a.env.size()); ++k) {
-      nlohmann::json rep;
-      for (std::size_t c = 0; c < std::size(cats); ++c) rep[cats[c]] = all[k * per + c];
-      ranks.push_back({{"rank", k},
-                       {"pp_rank", static_cast<int>(all[k * per + per - 1])},
-                       {"report", rep},
-                       {"peak_rss_bytes", all[k * per + per - 2]}});
-    }
-    j["memory_per_rank"] = ranks;
     examples::write_report(a.lo.report, j);
   }
   return 0;

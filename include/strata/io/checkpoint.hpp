@@ -223,9 +223,7 @@ void save_checkpoint(Comm& world, Comm& dp, const checkpoint_state& s, const std
   if (writes) {
     try {
       detail::posix_file f(path, O_RDONLY);
-      std::vector<char> back(f.size());
-      if (!back.empty()) f.read_at(back.data(), back.size(), 0);
-      if (back.size() != sums[1] || detail::checksum64(back.data(), back.size()) != sums[0]) failed = 1;
+      if (f.size() != sums[1] || detail::file_checksum64(f, f.size()) != sums[0]) failed = 1;
     } catch (const std::exception&) {
       failed = 1;
     }
@@ -323,11 +321,9 @@ void load_checkpoint(Comm& world, checkpoint_state& s, const std::filesystem::pa
         if (file.handle->size() != file.bytes)
           throw checkpoint_error(strata::cat(path, ": truncated or padded shard: ", file.handle->size(),
                                              " bytes, the manifest says ", file.bytes));
-        if (k % world.size() == world.rank()) {
-          std::vector<char> bytes(file.bytes);
-          if (!bytes.empty()) file.handle->read_at(bytes.data(), bytes.size(), 0);
-          if (hex64(detail::checksum64(bytes.data(), bytes.size())) != file.checksum && bad < 0) bad = k;
-        }
+        if (k % world.size() == world.rank() &&
+            hex64(detail::file_checksum64(*file.handle, file.bytes)) != file.checksum && bad < 0)
+          bad = k;
       }
     }
     world.all_reduce(std::span<long>(&bad, 1), reduce_op::max);

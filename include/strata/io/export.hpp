@@ -75,8 +75,7 @@ void export_safetensors(Trainer& tr, const std::filesystem::path& path, dtype as
                                                     std::map<std::string, std::string>{{"format", "pt"}});
       },
       [&](safetensors_stream& out, std::size_t i, std::size_t first, std::span<const float> values) {
-        detail::st_float_bytes(values, as, bytes);
-        out.write(i, first * size_of(as), bytes);
+        out.write(i, first * size_of(as), detail::st_float_bytes(values, as, bytes));
       });
 }
 

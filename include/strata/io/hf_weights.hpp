@@ -177,8 +177,7 @@ class hf_weights_writer {
   // Elements [first, first + values.size()) of tensor i, in any order.
   void write(std::size_t i, std::size_t first, std::span<const float> values) {
     const auto [file, index] = where_.at(i);
-    detail::st_float_bytes(values, as_, bytes_);
-    files_[file]->write(index, first * size_of(as_), bytes_);
+    files_[file]->write(index, first * size_of(as_), detail::st_float_bytes(values, as_, bytes_));
   }
 
   void commit() {

@@ -392,17 +392,17 @@ class safetensors_writer {
 
 namespace detail {
 
-// fp32 values as the bytes of F32, or of BF16 (round to nearest even), into `out`.
-inline void st_float_bytes(std::span<const float> values, dtype as, std::vector<std::byte>& out) {
-  out.resize(values.size() * size_of(as));
-  if (as == dtype::f32) {
-    if (!values.empty()) std::memcpy(out.data(), values.data(), out.size());
-    return;
-  }
+// fp32 values as the bytes of F32 (the values themselves, no copy), or of BF16 (round to
+// nearest even, into `scratch`).
+inline std::span<const std::byte> st_float_bytes(std::span<const float> values, dtype as,
+                                                 std::vector<std::byte>& scratch) {
+  if (as == dtype::f32) return std::as_bytes(values);
+  scratch.resize(values.size() * sizeof(bf16));
   for (std::size_t k = 0; k < values.size(); ++k) {
     const bf16 h(values[k]);
-    std::memcpy(out.data() + k * sizeof(bf16), &h, sizeof(bf16));
+    std::memcpy(scratch.data() + k * sizeof(bf16), &h, sizeof(bf16));
   }
+  return scratch;
 }
 
 // The tensors of a model's weights file: names[i] of shapes[i] as F32 or BF16.
@@ -442,8 +442,7 @@ inline void export_weights(const std::filesystem::path& path, std::span<const st
   std::size_t at = 0;
   for (std::size_t i = 0; i < names.size(); ++i) {
     const std::size_t n = shapes[i].numel();
-    detail::st_float_bytes(values.subspan(at, n), as, bytes);
-    out.write(i, 0, bytes);
+    out.write(i, 0, detail::st_float_bytes(values.subspan(at, n), as, bytes));
     at += n;
   }
   out.commit();

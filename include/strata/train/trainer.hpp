@@ -112,7 +112,7 @@ class trainer {
   // The same values as gather_master, in pieces: f(std::size_t param_index, std::size_t
   // first, std::span<const float> values) for elements [first, first + values.size()) of
   // that param's full tensor, in order, on every rank (collective). A rank holds one piece
-  // (at most 1 Mi elements: 12 MiB of buffers) beyond its own state.
+  // beyond its own state (at most 256 Ki elements: memory().bytes["io_staging"]).
   template <class F>
   void for_each_weight_piece(F&& f) {
     body_.for_each_weight_piece(f);

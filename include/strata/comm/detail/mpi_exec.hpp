@@ -208,11 +208,12 @@ class mpi_state {
         if (t.n <= chunk_ && t.n * static_cast<std::size_t>(size_) * e <= owner_reduce_bytes) {
           STRATA_CHECK_MPI(MPI_Reduce_scatter_block(in, out, static_cast<int>(t.n), t.type, t.op, comm_));
         } else {
-          // A block beyond an int count, or a large buffer: reduce each block to its owner.
-          // Open MPI's MPI_Reduce_scatter_block reduces the whole buffer onto rank 0 and
-          // scatters it from there, so rank 0 holds two more copies of it (520 MiB more for
-          // Qwen2.5-0.5B's embedding bucket in bf16) and carries all the traffic; a reduce
-          // per owner holds one block, and measured as fast or faster (4 ranks, 8-272 MiB).
+          // A block beyond an int count, or a buffer beyond 128 KiB: reduce each block to
+          // its owner. Open MPI's MPI_Reduce_scatter_block reduces the whole buffer onto
+          // rank 0 and scatters it from there, so rank 0 holds two more copies of it (520 MiB
+          // more for Qwen2.5-0.5B's embedding bucket in bf16) and carries all the traffic; a
+          // reduce per owner holds one block, and measured 2-4x as fast from 256 KiB to
+          // 64 MiB at 4 ranks (slower only below 64 KiB, where one call's latency wins).
           for (int r = 0; r < size_; ++r)
             chunks(t.n, [&](std::size_t off, int m) {
               STRATA_CHECK_MPI(MPI_Reduce(in + (r * t.n + off) * e, r == rank_ ? out + off * e : nullptr, m, t.type,
@@ -280,9 +281,9 @@ class mpi_state {
   std::string name_;
   int rank_ = 0, size_ = 1, world_rank_ = 0;
   std::size_t chunk_ = static_cast<std::size_t>(INT_MAX);
-  // Reduce-scatters of more bytes than this go block by block (see run); smaller ones,
-  // every usual gradient bucket, stay one MPI call.
-  static constexpr std::size_t owner_reduce_bytes = std::size_t{64} << 20;
+  // Reduce-scatters of more bytes than this go block by block (see run); smaller ones
+  // stay one MPI call.
+  static constexpr std::size_t owner_reduce_bytes = std::size_t{128} << 10;
   std::array<p2p_slot, lane_capacity> p2p_{};
   lane<mpi_task, mpi_state> lane_;  // last: its thread starts once everything above exists
 };

@@ -12,6 +12,7 @@
 #include "../../parallel/bucket_plan.hpp"
 #include "../../space/host.hpp"
 #include "../report.hpp"
+#include "io_staging.hpp"
 
 namespace strata::detail {
 
@@ -62,6 +63,7 @@ struct state_sizes {
     r.bytes["comm_buffers"] = reduced * f + (wire + wire_out) * compute_bytes;
     if (split) r.bytes["offload_staging"] = (host_grads + host_params) * f;
     r.bytes["activations"] = activation_bytes;
+    r.bytes["io_staging"] = io_staging_bytes;
     for (auto& [k, v] : r.bytes)
       r.offloaded[k] = offload && (k == "master" || k == "optimizer_states" || k == "offload_staging");
     return r;

@@ -16,6 +16,7 @@
 #include "../../parallel/bucket_plan.hpp"
 #include "../init.hpp"
 #include "consolidate.hpp"
+#include "io_staging.hpp"
 #include "param_gathers.hpp"
 #include "shard_update.hpp"
 #include "stage_params.hpp"
@@ -108,7 +109,7 @@ class trainer_weights {
   // ranks that hold it (equal bits where several do), assembled by a max over the bit
   // patterns widened to 64 bits: exact, negative zeros and NaNs included.
   template <class F>
-  void for_each_piece(F&& f, std::size_t piece = std::size_t{1} << 20) {
+  void for_each_piece(F&& f, std::size_t piece = weight_piece_elems) {
     std::vector<bool> here(layout_.params().size(), false);
     for (std::size_t i : params_.mine) here[i] = true;
     struct held {
