@@ -1,6 +1,10 @@
 // bench/zero: per-rank memory by category and median step time of the MLP for each
-// sharding stage, all measured in one run, with ratios against replicated (stage 0).
+// sharding stage, all measured in one run, with ratios against replicated (stage 0), and
+// next to each stage's memory report the peak it measured: how much the most-grown
+// rank's resident peak rose from before its trainer was built to after the weights hash.
 //   mpiexec -n 4 bench/zero [--hidden 1024 --layers 4 --batch 256 --steps 12 --precision fp32]
+#include <malloc.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <strata/strata.hpp>
@@ -16,11 +20,16 @@ struct row {
   strata::memory_report mem;
   double median_s = 0;
   std::uint64_t hash = 0;
+  std::size_t peak = 0;  // the largest rank's peak resident growth over the run
 };
 
 template <class Sharding, class Precision>
 row measure(strata::grid<strata::world_comm>& g, const mlp::shape_config& shape, long batch, long steps,
             const strata::trainer_options& opts) {
+  malloc_trim(0);  // the previous stage's freed memory goes back to the kernel first
+  g.world().barrier();
+  strata::reset_peak_resident();
+  const std::size_t base = strata::resident_bytes();
   strata::trainer<mlp::model, strata::host, Sharding, strata::adamw, Precision> tr(g, mlp::make_model(shape), opts);
   mlp::synthetic_data data(shape, 3);
   strata::batch<> b;
@@ -39,7 +48,10 @@ row measure(strata::grid<strata::world_comm>& g, const mlp::shape_config& shape,
   r.name = Sharding::name + std::string(Sharding::offload ? "+offload" : "");
   r.mem = tr.memory();
   r.median_s = times.empty() ? 0 : times[times.size() / 2];
-  r.hash = strata::weights_hash(tr.gather_master());
+  r.hash = strata::weights_hash_of(tr);
+  double peak = static_cast<double>(strata::peak_resident_bytes() - base);
+  g.world().all_reduce(std::span<double>(&peak, 1), strata::reduce_op::max);
+  r.peak = static_cast<std::size_t>(peak);
   return r;
 }
 
@@ -82,16 +94,21 @@ int main(int argc, char** argv) {
         "# bench/zero: MLP %d-%dx%d-%d (%zu params), %d ranks, global batch %ld, AdamW %s, median of %ld steps\n",
         shape.features, shape.hidden, shape.layers, shape.classes, rows[0].mem.bytes.at("master") / 4, g.dp_size(),
         batch, precision.c_str(), steps - 2);
-    std::printf("%-16s %9s %9s %9s %9s %9s %10s %9s %10s %8s %s\n", "stage", "params", "grads", "master", "optim",
-                "comm", "total MiB", "offl. MiB", "step ms", "vs rep.", "weights_hash");
+    std::printf("%-16s %9s %9s %9s %9s %9s %10s %9s %11s %9s %10s %8s %s\n", "stage", "params", "grads", "master",
+                "optim", "comm", "state MiB", "offl. MiB", "report MiB", "peak MiB", "step ms", "vs rep.",
+                "weights_hash");
     for (const auto& r : rows) {
       const auto& m = r.mem.bytes;
-      std::printf("%-16s %9.2f %9.2f %9.2f %9.2f %9.2f %10.2f %9.2f %10.2f %8.2f %s\n", r.name.c_str(),
+      const std::size_t state = r.mem.total() - m.at("activations") - m.at("io_staging");
+      std::printf("%-16s %9.2f %9.2f %9.2f %9.2f %9.2f %10.2f %9.2f %11.2f %9.2f %10.2f %8.2f %s\n", r.name.c_str(),
                   mib(m.at("params")), mib(m.at("grads")), mib(m.at("master")), mib(m.at("optimizer_states")),
-                  mib(m.at("comm_buffers")), mib(r.mem.total() - m.at("activations")), mib(r.mem.in_space(true)),
+                  mib(m.at("comm_buffers")), mib(state), mib(r.mem.in_space(true)), mib(r.mem.total()), mib(r.peak),
                   r.median_s * 1e3, r.median_s / rows[0].median_s, strata::hex64(r.hash).c_str());
     }
-    std::printf("(MiB per rank, activations excluded; 'vs rep.' = step time / replicated step time)\n");
+    std::printf(
+        "(MiB per rank. state: params to comm (and offload staging); report: all of tr.memory(), activations and\n"
+        " io staging too; peak: the most-grown rank's resident peak over the run, from before the trainer to after\n"
+        " the weights hash. 'vs rep.' = step time / replicated step time)\n");
   }
   return 0;
 }

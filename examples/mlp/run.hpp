@@ -1,5 +1,5 @@
 // examples/mlp: one training run in a space under fixed policies, shared by the host
-// build (main.cpp) and the CUDA translation unit (run_cuda.cu).
+// build (main.cpp) and the CUDA translation unit (run_cuda*.cu).
 #pragma once
 #include <cstdio>
 #include <strata/strata.hpp>
@@ -50,5 +50,8 @@ int run(const run_args& a) {
 // --device cuda: run in strata::cuda, by run_cuda.cu in the X-cuda executable (see
 // examples/common/device.hpp).
 int run_cuda(const run_args& a);
+int run_cuda_fp32(const run_args& a);
+int run_cuda_bf16(const run_args& a);
+int run_cuda_fp16(const run_args& a);
 
 }  // namespace mlp

@@ -98,4 +98,13 @@ decltype(auto) dispatch_sharding_schedule(const runtime_policies& p, F&& f) {
   });
 }
 
+// Calls f(type_tag<Sharding>, type_tag<Optimizer>) for programs that compile each
+// precision in a translation unit of its own (the caller has chosen the precision).
+template <class F>
+decltype(auto) dispatch_sharding_optimizer(const runtime_policies& p, F&& f) {
+  return detail::dispatch_sharding(p, [&](auto s) -> decltype(auto) {
+    return detail::dispatch_optimizer(p.optimizer, [&](auto o) -> decltype(auto) { return f(s, o); });
+  });
+}
+
 }  // namespace strata
