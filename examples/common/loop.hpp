@@ -133,6 +133,9 @@ nlohmann::json base_report(Trainer& tr, const loop_result& r, nlohmann::json per
   j["final_loss"] = r.last.loss;
   j["losses"] = r.losses;
   j["weights_hash"] = r.hash;
+  // A GEMM's bits depend on how many threads split it: the hash holds at this count.
+  j["host_threads"] = strata::host_threads().threads;
+  j["blas"] = strata::host_threads().blas;
   j["skipped_steps"] = tr.skipped_steps();
   j["memory"] = tr.memory().to_json();
   j["memory"]["peak_rss_bytes"] = static_cast<double>(strata::peak_resident_bytes());

@@ -10,6 +10,7 @@
 
 #include "space/host.hpp"
 #include "space/host_ops.hpp"
+#include "space/host_threads.hpp"
 #include "space/ops.hpp"
 #include "space/tensor.hpp"
 

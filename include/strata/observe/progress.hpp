@@ -11,10 +11,11 @@ namespace strata {
 inline std::string progress_line(const step_stats& s, long total_steps, double tokens_per_sample = 0) {
   char line[256];
   const bool tokens = tokens_per_sample > 0;
-  std::snprintf(line, sizeof line, "step %4ld/%ld  loss %.6f  grad_norm %.4e  lr %.3e  scale %g  %9.4g %s/s%s", s.step,
+  std::snprintf(line, sizeof line,
+                "step %4ld/%ld  loss %.6f  grad_norm %.4e  lr %.3e  scale %g  %9.4g %s/s  %d threads%s", s.step,
                 total_steps, static_cast<double>(s.loss), s.grad_norm, static_cast<double>(s.lr),
                 static_cast<double>(s.loss_scale), tokens ? s.samples_per_s * tokens_per_sample : s.samples_per_s,
-                tokens ? "tokens" : "samples", s.skipped ? "  [skipped: non-finite gradients]" : "");
+                tokens ? "tokens" : "samples", s.host_threads, s.skipped ? "  [skipped: non-finite gradients]" : "");
   return line;
 }
 

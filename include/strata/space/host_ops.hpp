@@ -12,6 +12,7 @@
 #include "../core/config.hpp"
 #include "../core/error.hpp"
 #include "host.hpp"
+#include "host_threads.hpp"
 #include "ops.hpp"
 #include "tensor.hpp"
 
@@ -84,6 +85,7 @@ struct ops<host> {
                    float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
                    float* c, std::int64_t ldc) {
     if (m == 0 || n == 0) return;
+    (void)host_threads();  // BLAS on OpenMP's pool, before its first GEMM
     // LP64 CBLAS takes int extents: refuse what would silently wrap.
     const auto fits = [](std::int64_t v) { return v >= 0 && v <= INT_MAX; };
     expects<config_error>(fits(m) && fits(n) && fits(k) && fits(lda) && fits(ldb) && fits(ldc), [&] {

@@ -19,6 +19,7 @@ struct step_stats {
   double seconds = 0;        // wall time of the step
   double idle_seconds = 0;   // time this rank waited for pipeline neighbours
   double samples_per_s = 0;  // global batch rows / seconds
+  int host_threads = 0;      // threads of the host's loops and GEMMs (OMP_NUM_THREADS; space/host_threads.hpp)
 };
 
 struct memory_report {

@@ -22,6 +22,7 @@
 #include "../../optim/clip.hpp"
 #include "../../optim/loss_scaler.hpp"
 #include "../../parallel/bucket_plan.hpp"
+#include "../../space/host_threads.hpp"
 #include "../batch.hpp"
 #include "../layer_table.hpp"
 #include "../options.hpp"
@@ -137,6 +138,7 @@ class trainer_body {
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     s.idle_seconds = driver_.idle_seconds();
     s.samples_per_s = static_cast<double>(b.inputs.dim(0)) * dp_.size() / s.seconds;
+    s.host_threads = host_threads().threads;
     return s;
   }
 
