@@ -14,6 +14,8 @@ if(NOT TARGET BLAS::BLAS)
   if(STRATA_OPENBLAS_OPENMP)
     add_library(BLAS::BLAS UNKNOWN IMPORTED)
     set_target_properties(BLAS::BLAS PROPERTIES IMPORTED_LOCATION "${STRATA_OPENBLAS_OPENMP}")
+    set(BLAS_FOUND TRUE)  # what FindBLAS would say
+    set(BLAS_LIBRARIES "${STRATA_OPENBLAS_OPENMP}")
   else()
     if(DEFINED BLA_VENDOR)
       set(_strata_saved_bla_vendor "${BLA_VENDOR}")

@@ -31,7 +31,8 @@ inline constexpr const char* common_usage =
     "  --steps N  --batch B (global rows per step)  --seed S  --micro-batches K  --lr X\n"
     "  --config ds_config.json (DeepSpeed's; decides policies, optimizer, batch sizes)\n"
     "  --save DIR [--save-every N]  --load DIR  --export FILE.safetensors  --init FILE.safetensors\n"
-    "  --report FILE.json  --quiet  --device cpu|cuda  --help\n";
+    "  --report FILE.json  --metrics FILE.jsonl  --log-every N  --peak-flops F (MFU; default: measured)\n"
+    "  --quiet  --device cpu|cuda  --help\n";
 
 // What main does with the outcome of its body: --help prints the usage (exit 0); an error
 // prints one line on rank 0, with the usage after a usage_error (exit 2).

@@ -6,9 +6,12 @@
 #include <fstream>
 #include <span>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <strata/io/export.hpp>
+#include <strata/observe/flops.hpp>
 #include <strata/observe/progress.hpp>
 #include <strata/observe/resident.hpp>
 #include <strata/train/weights_hash.hpp>
@@ -25,6 +28,9 @@ struct loop_options {
   long save_every = 0;
   bool quiet = false;
   double tokens_per_sample = 0;  // a language model's sequence: progress in tokens/s
+  long log_every = 1;            // a progress line every N steps
+  std::string metrics;           // JSON Lines of every step
+  double peak_flops = 0;         // one process's peak, for MFU (0: measured on the host)
 
   // Reads the common options with this program's defaults.
   void read(args& a, long default_steps, long default_batch) {
@@ -38,6 +44,9 @@ struct loop_options {
     save_every = a.integer("save-every", 0);
     export_path = a.str("export", "");
     init_path = a.str("init", "");
+    log_every = a.integer("log-every", 1);
+    metrics = a.str("metrics", "");
+    peak_flops = a.real("peak-flops", 0.0);
   }
   void validate(int dp, int micro_batches) const {
     strata::expects<strata::config_error>(steps >= 0, [&] { return strata::cat("--steps ", steps, " is negative"); });
@@ -46,8 +55,61 @@ struct loop_options {
                          " must be a positive multiple of data-parallel ranks x micro-batches = ", dp, " x ",
                          micro_batches);
     });
+    strata::expects<strata::config_error>(log_every >= 1,
+                                          [&] { return strata::cat("--log-every ", log_every, " is not >= 1"); });
+    strata::expects<strata::config_error>(peak_flops >= 0,
+                                          [&] { return strata::cat("--peak-flops ", peak_flops, " is negative"); });
   }
 };
+
+// Every param's full tensor counted once per param (a tied copy is a param of its own).
+template <class Trainer>
+double full_param_count(Trainer& tr) {
+  double n = 0;
+  strata::for_each_param(tr.model(), [&](const auto& p, std::string_view) {
+    n += static_cast<double>(p.sharded() ? p.full_shape.numel() : p.numel());
+  });
+  return n;
+}
+
+// What the metrics file's header says of a run: layout, policies, options, threads.
+template <class Trainer>
+nlohmann::json run_header(Trainer& tr, const loop_options& o) {
+  auto& g = tr.grid_ref();
+  const auto& opts = tr.options();
+  using S = typename Trainer::sharding;
+  return {{"world_size", g.world().size()},
+          {"layout", {{"tp", g.tp_size()}, {"dp", g.dp_size()}, {"pp", g.pp_size()}}},
+          {"policies",
+           {{"space", Trainer::space_type::name},
+            {"sharding", std::string(S::name) + (S::offload ? "+offload" : "")},
+            {"optimizer", Trainer::optimizer_type::name},
+            {"precision", Trainer::precision::name},
+            {"schedule", Trainer::schedule::name}}},
+          {"options",
+           {{"steps", o.steps},
+            {"batch", o.batch},
+            {"micro_batches", opts.micro_batches},
+            {"lr", opts.lr},
+            {"max_grad_norm", opts.max_grad_norm},
+            {"bucket_elems", opts.bucket_elems},
+            {"seed", opts.seed},
+            {"recompute", opts.recompute}}},
+          {"host_threads", strata::host_threads().threads},
+          {"blas", strata::host_threads().blas}};
+}
+
+// The peak FLOP/s of one process, for MFU: --peak-flops, or on the host the BLAS's best
+// GEMM measured on every rank at once (they share the cores); 0 (no MFU) on a device.
+template <class Trainer>
+double peak_flops_of(Trainer& tr, const loop_options& o) {
+  if (o.peak_flops > 0) return o.peak_flops;
+  if constexpr (!std::is_same_v<typename Trainer::space_type, strata::host>) return 0;
+  tr.grid_ref().world().barrier();
+  double peak = strata::measure_host_peak_flops();
+  tr.grid_ref().world().all_reduce(std::span<double>(&peak, 1), strata::reduce_op::avg);
+  return peak;
+}
 
 struct loop_result {
   strata::step_stats last;
@@ -61,10 +123,20 @@ struct loop_result {
 // Trains from step 0 (or the loaded checkpoint's step) to o.steps. fill(step, batch)
 // produces this rank's rows of that step: the data position is the step, so a resumed
 // run sees the same samples as one that never stopped. after_step(steps done) runs after
-// each step (validation, say).
+// each step (validation, say). flops_per_sample (observe/flops.hpp) gives the progress
+// line its MFU.
 template <class Trainer, class Fill, class After = void (*)(long)>
 loop_result train_loop(
-    Trainer& tr, const loop_options& o, int world_rank, Fill&& fill, After&& after_step = [](long) {}) {
+    Trainer& tr, const loop_options& o, int world_rank, double flops_per_sample, Fill&& fill,
+    After&& after_step = [](long) {}) {
+  strata::progress_options po;
+  po.every = o.log_every;
+  po.quiet = o.quiet;
+  po.tokens_per_sample = o.tokens_per_sample;
+  po.flops_per_sample = flops_per_sample;
+  po.peak_flops = peak_flops_of(tr, o);
+  po.metrics_path = o.metrics;
+  strata::progress_log progress(tr.grid_ref().world(), po, run_header(tr, o));
   loop_result r;
   strata::batch<> b;
   long first = 0;
@@ -82,12 +154,12 @@ loop_result train_loop(
     r.seconds.push_back(r.last.seconds);
     r.idle_seconds += r.last.idle_seconds;
     r.step_seconds += r.last.seconds;
-    if (world_rank == 0 && !o.quiet)
-      std::printf("%s\n", strata::progress_line(r.last, o.steps, o.tokens_per_sample).c_str());
+    progress.step(r.last, o.steps, tr.memory().total());
     const bool periodic = o.save_every > 0 && (s + 1) % o.save_every == 0;
     if (!o.save.empty() && (periodic || s + 1 == o.steps)) tr.save(o.save, {{"data_position", (s + 1) * o.batch}});
     after_step(s + 1);
   }
+  if (!o.quiet) progress.summary();
   if (!o.export_path.empty()) strata::export_safetensors(tr, o.export_path);
   r.hash = strata::hex64(strata::weights_hash_of(tr, &r.params));
   return r;

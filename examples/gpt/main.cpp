@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
     model.heads = static_cast<int>(a.integer("heads", 4));
     model.vocab = static_cast<int>(a.integer("vocab", 64));
     model.seq = static_cast<int>(a.integer("seq", 16));
+    lo.tokens_per_sample = model.seq;  // progress in tokens/s
     strata::trainer_options opts;
     opts.micro_batches = static_cast<int>(a.integer("micro-batches", 2));
     opts.lr = static_cast<float>(a.real("lr", 3e-3));

@@ -31,9 +31,11 @@ int run(const run_args& a) {
                                                                    a.cc.template optimizer<Optimizer>());
   synthetic_data data(a.shape, a.lo.seed);
   const long local = a.lo.batch / ranks;
-  const auto r = examples::train_loop(tr, a.lo, a.env.rank(), [&](long step, strata::batch<>& b) {
-    data.fill(static_cast<std::uint64_t>(step * a.lo.batch + rank * local), local, b);
-  });
+  const auto r =
+      examples::train_loop(tr, a.lo, a.env.rank(), strata::train_flops_per_token(examples::full_param_count(tr)),
+                           [&](long step, strata::batch<>& b) {
+                             data.fill(static_cast<std::uint64_t>(step * a.lo.batch + rank * local), local, b);
+                           });
   auto per_rank = examples::memory_per_rank(tr, a.env.world(), 0, base_rss);
   if (rank == 0) {
     std::printf("final loss %.6f  weights_hash %s  policy %s/%s/%s  device %s  ranks %d  params %zu\n",

@@ -81,6 +81,27 @@ rc=$?
 set -e
 [ "$rc" = 2 ] && echo "$out" | grep -q "mlp: error: --zero conflicts with --config" || { echo "FAILED: --zero with --config: $out"; exit 1; }
 
+# What a run shows: a progress line every --log-every steps with MFU and ETA, a summary,
+# and --metrics: a header line, then one line a step with every rank's memory.
+"$mpiexec" -n 2 "$mlp" --zero 2 --steps 4 --log-every 2 --metrics "$work/metrics.jsonl" >"$work/progress.log"
+cat "$work/progress.log"
+[ "$(grep -c '^step ' "$work/progress.log")" = 2 ] || { echo "FAILED: --log-every 2 over 4 steps"; exit 1; }
+grep -q '^step    4/4 .*MFU [0-9.]*%.*mem .* MiB (rank [01]).*ETA 0m00s' "$work/progress.log" ||
+  { echo "FAILED: the progress line lacks MFU, memory or ETA"; exit 1; }
+grep -q '^summary: 4 steps' "$work/progress.log" || { echo "FAILED: no summary"; exit 1; }
+python3 - "$work/metrics.jsonl" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+h = lines[0]["header"]
+assert h["layout"] == {"tp": 1, "dp": 2, "pp": 1} and h["policies"]["sharding"] == "zero2", h
+steps = lines[1:]
+assert [s["step"] for s in steps] == [1, 2, 3, 4], steps
+for s in steps:
+    assert len(s["ranks"]) == 2 and all(r["peak_rss_bytes"] > 0 and r["memory_bytes"] > 0 for r in s["ranks"]), s
+    assert 0 < s["mfu"] < 1, s
+print("metrics: header and", len(steps), "steps")
+PY
+
 # The memory report is the truth (issue #17): a 29.9 M-param ZeRO-3 run with an export
 # peaks, on every rank, within 10 % of its report above what the process held before the
 # trainer existed (base_rss_bytes: program, libraries, MPI), plus 4 MiB for BLAS's and

@@ -3,7 +3,9 @@
 // classifier whose fields are layers, reflected with Boost.PFR to bind every param.
 #include <omp.h>
 
+#include <algorithm>
 #include <boost/pfr.hpp>
+#include <cmath>
 #include <cstring>
 #include <strata/nn/all.hpp>
 #include <type_traits>
@@ -171,9 +173,11 @@ TEST_CASE("a classifier of layers: the loss gradient of every param matches fini
   check_no_allocation(m, ctx, ids, rng);
 }
 
-TEST_CASE("results do not depend on the OpenMP thread count (bitwise)") {
-  // Sizes above the threading threshold for every layer; reductions split columns, not
-  // rows, so each sum runs in the same order on 1 thread and on 2.
+TEST_CASE("a block repeats its bits at one thread count; across counts only GEMM splits differ") {
+  // Sizes above the threading threshold for every layer. strata's own loops sum in an
+  // order no thread count changes (tests/unit/space/ops.cpp holds each to its bits at 1
+  // and 2 threads), but OpenBLAS's GEMMs follow OpenMP's count and their bits depend on
+  // how many threads split them (docs/architecture.md, host threads).
   std::mt19937 rng(52);
   param_store store;
   context ctx;
@@ -201,7 +205,15 @@ TEST_CASE("results do not depend on the OpenMP thread count (bitwise)") {
   };
   const auto one = run(1);
   const auto two = run(2);
-  omp_set_num_threads(2);
+  const auto again = run(2);
   REQUIRE(one.size() == two.size());
-  CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(again.data(), two.data(), two.size() * sizeof(float)) == 0);
+  // A reordered fp32 sum of at most 512 terms moves by a few ulps of its largest terms:
+  // 1e-4 of the largest value is far above that and far below any real difference.
+  float scale = 0, worst = 0;
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    scale = std::max(scale, std::abs(two[i]));
+    worst = std::max(worst, std::abs(one[i] - two[i]));
+  }
+  CHECK(worst <= 1e-4f * scale);
 }
