@@ -13,6 +13,7 @@
 #if STRATA_HAS_MPI
 #include <mpi.h>
 
+#include "detail/hang_watch.hpp"
 #include "mpi.hpp"
 #endif
 
@@ -41,6 +42,9 @@ struct env_session {
   bool owns_mpi = false;  // finalize only what we initialised
   int rank = 0, size = 1, local_rank = 0;
   std::optional<world_comm> world;
+#if STRATA_HAS_MPI
+  std::optional<hang_watch> watch;  // answers hang reports (comm/detail/hang_watch.hpp)
+#endif
 
   static env_session& get() {
     static env_session s;
@@ -91,6 +95,7 @@ struct env_session {
     }
     try {
       world.emplace(MPI_COMM_WORLD, "world");
+      watch.emplace();
     } catch (...) {
       stop();
       throw;
@@ -104,6 +109,9 @@ struct env_session {
   }
 
   void stop() noexcept {
+#if STRATA_HAS_MPI
+    watch.reset();
+#endif
     world.reset();
 #if STRATA_HAS_MPI
     int finalised = 0;

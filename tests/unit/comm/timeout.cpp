@@ -1,11 +1,14 @@
 // Collective time-outs: when one rank skips a collective, the others abort the job after the
-// time-out with a message naming rank, operation, size, time and communicator. The abort is
-// observed from outside: the test launches this binary under mpiexec, running a hidden case.
+// time-out with a message naming rank, operation, size, time and communicator, and a
+// diagnosis naming the rank(s) that did not reach it (comm/detail/hang_watch.hpp). The abort
+// is observed from outside: the test launches this binary under mpiexec, running a hidden case.
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <filesystem>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -38,8 +41,27 @@ struct outcome {
   double seconds = 0;
 };
 
-// Runs `mpiexec -n 2 <this binary> "<test name>"` with extra environment settings.
-outcome launch(const std::string& test_name, const std::string& env) {
+int run_shell(const std::string& cmd) {
+  const int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// A fresh directory for the ranks' dumps (STRATA_DIAGNOSE_DIR).
+std::string fresh_dir() {
+  char dir[] = "/tmp/strata_diagnose_XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  return dir;
+}
+
+// Runs `mpiexec -n N <this binary> "<test name>"` with extra environment settings.
+outcome launch(const std::string& test_name, const std::string& env, int ranks = 2) {
   char exe[4096];
   const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
   REQUIRE(len > 0);
@@ -52,24 +74,32 @@ outcome launch(const std::string& test_name, const std::string& env) {
   const std::string cmd =
       "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
       "OMPI_MCA_rmaps_base_oversubscribe=1 " +
-      env + " timeout 120 mpiexec -n 2 '" + exe + "' '" + test_name + "' --use-colour no > " + out_path + " 2>&1";
+      env + " timeout 120 mpiexec -n " + std::to_string(ranks) + " '" + exe + "' '" + test_name +
+      "' --use-colour no > " + out_path + " 2>&1";
   const auto t0 = std::chrono::steady_clock::now();
-  const int status = std::system(cmd.c_str());
   outcome o;
+  o.exit_code = run_shell(cmd);
   o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream f(out_path);
-  std::ostringstream s;
-  s << f.rdbuf();
-  o.output = s.str();
+  o.output = read_text(out_path);
   std::remove(out_path);
+  return o;
+}
+
+// scripts/diagnose DIR, as a user runs it after the job.
+outcome diagnose(const std::string& dir) {
+  const std::string out = dir + "/diagnose.txt";
+  outcome o;
+  o.exit_code = run_shell(std::string(STRATA_TEST_DATA_DIR) + "/../../scripts/diagnose '" + dir + "' > '" + out +
+                          "' 2>&1");
+  o.output = read_text(out);
   return o;
 }
 
 }  // namespace
 
 TEST_CASE("a collective one rank skips times out and aborts the job (STRATA_COMM_TIMEOUT)", "[timeout]") {
-  const auto o = launch("timeout child: world all_reduce", "STRATA_COMM_TIMEOUT=1");
+  const auto dir = fresh_dir();
+  const auto o = launch("timeout child: world all_reduce", "STRATA_COMM_TIMEOUT=1 STRATA_DIAGNOSE_DIR=" + dir);
   INFO(o.output);
   REQUIRE(o.exit_code != 0);
   REQUIRE(o.exit_code != 124);  // aborted by strata, not killed by timeout(1)
@@ -78,13 +108,70 @@ TEST_CASE("a collective one rank skips times out and aborts the job (STRATA_COMM
 }
 
 TEST_CASE("a time-out set on one communicator of a grid names that communicator", "[timeout]") {
-  const auto o = launch("timeout child: data broadcast", "");
+  const auto dir = fresh_dir();
+  const auto o = launch("timeout child: data broadcast", "STRATA_DIAGNOSE_DIR=" + dir);
   INFO(o.output);
   REQUIRE(o.exit_code != 0);
   REQUIRE(o.exit_code != 124);
   REQUIRE(o.output.find("strata: rank 1: broadcast of 1000 elements timed out after 1.5 s on data") !=
           std::string::npos);
+  REQUIRE(o.output.find("broadcast #1 of 1000 elements from root rank 0 on data (ranks 0, 1): rank 1 waits") !=
+          std::string::npos);
+  REQUIRE(o.output.find("rank 0 did not reach broadcast #1 on data") != std::string::npos);
   REQUIRE(o.seconds < 25);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a hang names its rank: one rank of 4 that sleeps before a collective", "[timeout][diagnose]") {
+  const auto dir = fresh_dir();
+  const auto o = launch("timeout child: rank 2 late", "STRATA_COMM_TIMEOUT=1 STRATA_DIAGNOSE_DIR=" + dir, 4);
+  INFO(o.output);
+  REQUIRE(o.exit_code != 0);
+  REQUIRE(o.exit_code != 124);
+  REQUIRE(o.seconds < 25);  // rank 2 sleeps 30 s
+  // Printed once, by rank 0, the lowest rank waiting; the other two wait for it.
+  REQUIRE(o.output.find("strata: rank 0: diagnosis from the last operations of 4 of 4 ranks") != std::string::npos);
+  REQUIRE(o.output.find("all_reduce #3 of 7 elements on world (ranks 0-3): ranks 0, 1, 3 wait") != std::string::npos);
+  REQUIRE(o.output.find("rank 2 did not reach all_reduce #3 on world") != std::string::npos);
+  REQUIRE(o.output.find("rank 2: its last operation, all_reduce #2 of 7 elements on world, ended") !=
+          std::string::npos);
+  REQUIRE(o.output.find("strata: rank 1: diagnosis") == std::string::npos);
+  // Every rank wrote its operations; scripts/diagnose reads them to the same conclusion.
+  for (int r = 0; r < 4; ++r) REQUIRE(std::filesystem::exists(dir + "/rank-" + std::to_string(r) + ".json"));
+  const auto d = diagnose(dir);
+  INFO(d.output);
+  REQUIRE(d.exit_code == 1);
+  REQUIRE(d.output.find("4 of 4 ranks' last operations") != std::string::npos);
+  REQUIRE(d.output.find("rank 2 did not reach all_reduce #3 on world") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("SIGUSR1 makes each rank write its last operations; scripts/diagnose reads them", "[diagnose]") {
+  const auto dir = fresh_dir();
+  const auto o = launch("timeout child: SIGUSR1", "STRATA_DIAGNOSE_DIR=" + dir);
+  INFO(o.output);
+  REQUIRE(o.exit_code == 0);
+  REQUIRE(o.output.find("strata: rank 1: wrote its last operations to " + dir + "/rank-1.json (SIGUSR1)") !=
+          std::string::npos);
+  const auto d = diagnose(dir);
+  INFO(d.output);
+  REQUIRE(d.exit_code == 0);
+  REQUIRE(d.output.find("2 of 2 ranks' last operations") != std::string::npos);
+  REQUIRE(d.output.find("no operation is pending on any communicator") != std::string::npos);
+  // The dump holds the operations with their sequence numbers, oldest first.
+  const auto dump = strata::parse_rank_dump(read_text(dir + "/rank-0.json"), "rank-0.json");
+  REQUIRE(dump.reason == "SIGUSR1");
+  const strata::comm_history* world = nullptr;
+  for (const auto& c : dump.comms)
+    if (c.name == "world") world = &c;
+  REQUIRE(world != nullptr);
+  REQUIRE(world->collectives == 3);
+  REQUIRE(world->ops.size() == 3);
+  REQUIRE(world->ops[2].seq == 3);
+  REQUIRE(world->ops[2].op == "broadcast");
+  REQUIRE(world->ops[2].bytes == 5 * sizeof(double));
+  REQUIRE(world->ops[2].done());
+  std::filesystem::remove_all(dir);
 }
 
 // The children: run only when named (hidden from a plain run by the [.] tag).
@@ -96,6 +183,30 @@ TEST_CASE("timeout child: world all_reduce", "[.]") {
     w.all_reduce(std::span(x));
   else
     std::this_thread::sleep_for(30s);
+}
+
+TEST_CASE("timeout child: rank 2 late", "[.]") {
+  strata::environment env;
+  auto& w = env.world();
+  std::vector<float> x(7);
+  w.all_reduce(std::span(x));
+  w.all_reduce(std::span(x));
+  if (w.rank() == 2) std::this_thread::sleep_for(30s);
+  w.all_reduce(std::span(x));
+}
+
+TEST_CASE("timeout child: SIGUSR1", "[.]") {
+  strata::environment env;
+  auto& w = env.world();
+  std::vector<float> x(7);
+  w.all_reduce(std::span(x));
+  w.all_reduce(std::span(x));
+  std::vector<double> y(5);
+  w.broadcast(std::span(y), 0);
+  std::raise(SIGUSR1);
+  const std::string file = strata::detail::diagnose_dir() + "/rank-" + std::to_string(w.rank()) + ".json";
+  for (int i = 0; i < 100 && !std::filesystem::exists(file); ++i) std::this_thread::sleep_for(50ms);
+  REQUIRE(std::filesystem::exists(file));
 }
 
 TEST_CASE("timeout child: data broadcast", "[.]") {

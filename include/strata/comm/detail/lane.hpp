@@ -76,6 +76,7 @@ class lane final : public request_source {
         done_cv_.wait(lk, [&] { return submitted_ - completed_.load(std::memory_order_relaxed) < capacity; });
       ticket = submitted_ + 1;
       ring_[slot_of(ticket)] = task;
+      record_submit(ticket, task);
       submitted_ = ticket;
       submitted_seen_.store(ticket, std::memory_order_release);
     }
@@ -95,6 +96,7 @@ class lane final : public request_source {
       if (inline_active_ || submitted_ != completed_.load(std::memory_order_relaxed)) return false;
       ticket = ++submitted_;
       ring_[slot_of(ticket)] = task;
+      record_submit(ticket, task);
       started_at_[slot_of(ticket)].store(clock::now().time_since_epoch().count());
       started_.store(ticket, std::memory_order_release);
       inline_active_ = true;
@@ -106,6 +108,7 @@ class lane final : public request_source {
         bool queued;
         {
           std::lock_guard lk(l.m_);
+          l.ended_at_[slot_of(ticket)].store(clock::now().time_since_epoch().count(), std::memory_order_relaxed);
           l.completed_.store(ticket, std::memory_order_release);
           l.submitted_seen_.store(l.submitted_, std::memory_order_release);
           l.inline_active_ = false;
@@ -145,6 +148,26 @@ class lane final : public request_source {
   }
   std::chrono::duration<double> timeout() const {
     return std::chrono::nanoseconds(timeout_ns_.load(std::memory_order_relaxed));
+  }
+
+  // The operations still in the ring (the last `capacity`), oldest first, for a hang
+  // report: f(ticket, seq, task, enqueued, started, ended), where seq numbers the
+  // collectives (0 for a point-to-point task) and a time not yet reached is nullptr.
+  struct totals {
+    std::uint64_t submitted, completed, collectives;
+  };
+  template <class F>
+  totals history(F&& f) {
+    std::lock_guard lk(m_);  // no submit can reuse a slot meanwhile
+    const std::uint64_t started = started_.load(std::memory_order_acquire);
+    const std::uint64_t completed = completed_.load(std::memory_order_acquire);
+    for (std::uint64_t t = submitted_ > capacity ? submitted_ - capacity + 1 : 1; t <= submitted_; ++t) {
+      const std::size_t s = slot_of(t);
+      const auto at = [](clock::rep r) { return clock::time_point(clock::duration(r)); };
+      const clock::time_point enq = at(enqueued_at_[s]), st = at(started_at_[s].load()), end = at(ended_at_[s].load());
+      f(t, seq_[s], ring_[s], enq, t <= started ? &st : nullptr, t <= completed ? &end : nullptr);
+    }
+    return {submitted_, completed, collectives_};
   }
 
  private:
@@ -235,6 +258,9 @@ class lane final : public request_source {
       const std::uint64_t before = completed;
       while (completed < started && done[slot_of(completed + 1)]) done[slot_of(++completed)] = false;
       if (completed != before) {
+        const auto now = clock::now().time_since_epoch().count();
+        for (std::uint64_t t = before + 1; t <= completed; ++t)
+          ended_at_[slot_of(t)].store(now, std::memory_order_relaxed);
         {
           std::lock_guard lk(m_);
           completed_.store(completed, std::memory_order_release);
@@ -257,6 +283,12 @@ class lane final : public request_source {
     }
   }
 
+  // Called under m_ as a task takes its ticket.
+  void record_submit(std::uint64_t ticket, const Task& task) {
+    enqueued_at_[slot_of(ticket)] = clock::now().time_since_epoch().count();
+    seq_[slot_of(ticket)] = Exec::overlaps(task) ? 0 : ++collectives_;
+  }
+
   // An error completes the task; it is kept for the one request that waits on it.
   template <class F>
   bool run(F&& f, std::uint64_t ticket) {
@@ -275,6 +307,10 @@ class lane final : public request_source {
   std::condition_variable work_cv_, done_cv_;
   std::array<Task, capacity> ring_{};
   std::array<std::atomic<clock::rep>, capacity> started_at_{};
+  std::array<std::atomic<clock::rep>, capacity> ended_at_{};
+  std::array<clock::rep, capacity> enqueued_at_{};  // guarded by m_
+  std::array<std::uint64_t, capacity> seq_{};       // guarded by m_
+  std::uint64_t collectives_ = 0;                   // guarded by m_
   std::uint64_t submitted_ = 0;                   // guarded by m_
   std::atomic<std::uint64_t> submitted_seen_{0};  // the same, readable by the lane without m_
   std::atomic<std::uint64_t> started_{0};

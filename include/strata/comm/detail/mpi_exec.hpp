@@ -9,10 +9,14 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
 #include <string>
+#include <vector>
 
 #include "../../core/error.hpp"
 #include "../mpi_types.hpp"
+#include "comm_registry.hpp"
+#include "hang_watch.hpp"
 #include "lane.hpp"
 
 namespace strata::detail {
@@ -78,8 +82,8 @@ inline bool mpi_finalized() {
 }
 
 // The state behind one mpi_comm: its MPI communicator and its lane. Heap-allocated, so
-// the lane thread's reference survives moves of the mpi_comm.
-class mpi_state {
+// the lane thread's reference survives moves of the mpi_comm (and the registry's pointer).
+class mpi_state final : public history_source {
  public:
   // Takes ownership of `comm` (already duplicated or split for strata's exclusive use).
   mpi_state(MPI_Comm comm, std::string name)
@@ -89,6 +93,8 @@ class mpi_state {
     STRATA_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
     STRATA_CHECK_MPI(MPI_Comm_size(comm_, &size_));
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+    identify();
+    comm_registry::get().add(this);
   }
   mpi_state(const mpi_state&) = delete;
   mpi_state& operator=(const mpi_state&) = delete;
@@ -100,6 +106,7 @@ class mpi_state {
     } catch (const std::exception& e) {
       std::fprintf(stderr, "strata: freeing communicator %s: %s\n", name_.c_str(), e.what());
     }
+    comm_registry::get().remove(this);
   }
 
   int rank() const { return rank_; }
@@ -122,12 +129,49 @@ class mpi_state {
     return with_context(t, [&] { return test_p2p(t, p2p_[slot]); });
   }
 
+  // With an environment's hang watch, every rank's last operations are gathered first and
+  // the diagnosis names the rank(s) the job waits for.
   [[noreturn]] void timed_out(const mpi_task& t, double seconds) {
-    std::fprintf(stderr, "strata: rank %d: %s of %zu elements timed out after %g s on %s\n", world_rank_, name_of(t.k),
-                 t.count, seconds, name_.c_str());
+    const std::string line =
+        cat("strata: rank ", world_rank_, ": ", name_of(t.k), " of ", t.count, " elements timed out after ", seconds,
+            " s on ", name_);
+    if (auto* w = hang_watch::active().load(std::memory_order_acquire)) w->timed_out(line, seconds);
+    std::fprintf(stderr, "%s\n", line.c_str());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
     std::abort();
+  }
+
+  comm_history history() override {
+    comm_history h;
+    h.name = name_;
+    h.id = id_;
+    h.members = members_;
+    h.rank = rank_;
+    using clock = lane<mpi_task, mpi_state>::clock;
+    const auto now = clock::now();
+    auto ago = [&](const clock::time_point* t) { return t ? std::chrono::duration<double>(now - *t).count() : -1.0; };
+    const auto totals = lane_.history([&](std::uint64_t ticket, std::uint64_t seq, const mpi_task& t,
+                                          const clock::time_point& enqueued, const clock::time_point* started,
+                                          const clock::time_point* ended) {
+      using k = mpi_task::kind;
+      op_record o;
+      o.ticket = ticket;
+      o.seq = seq;
+      o.op = name_of(t.k);
+      o.count = t.count;
+      o.bytes = t.count * t.elem;
+      if (t.k == k::send || t.k == k::recv || t.k == k::broadcast) o.peer = t.peer;
+      if (t.k == k::send || t.k == k::recv) o.tag = t.tag;
+      o.enqueued_ago = ago(&enqueued);
+      o.started_ago = ago(started);
+      o.ended_ago = ago(ended);
+      h.ops.push_back(std::move(o));
+    });
+    h.submitted = totals.submitted;
+    h.completed = totals.completed;
+    h.collectives = totals.collectives;
+    return h;
   }
 
  private:
@@ -153,6 +197,24 @@ class mpi_state {
     } catch (const comm_error& e) {
       throw comm_error(cat(describe(t), ": ", e.what()));
     }
+  }
+
+  // Who the members are in world ranks, and an id every member agrees on (rank 0's world
+  // rank and its own count), so that dumps from different ranks match up. Before the
+  // lane runs anything, so this call on the communicator is ordered before all others.
+  void identify() {
+    MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+    STRATA_CHECK_MPI(MPI_Comm_group(comm_, &group));
+    STRATA_CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
+    std::vector<int> local(static_cast<std::size_t>(size_));
+    std::iota(local.begin(), local.end(), 0);
+    members_.resize(local.size());
+    STRATA_CHECK_MPI(MPI_Group_translate_ranks(group, size_, local.data(), world, members_.data()));
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
+    std::uint64_t id = rank_ == 0 ? (static_cast<std::uint64_t>(world_rank_) << 32) | comm_registry::get().next_local_id() : 0;
+    STRATA_CHECK_MPI(MPI_Bcast(&id, 1, MPI_UINT64_T, 0, comm_));
+    id_ = id;
   }
 
   bool test_p2p(const mpi_task& t, p2p_slot& s) {
@@ -280,6 +342,8 @@ class mpi_state {
   MPI_Comm comm_;
   std::string name_;
   int rank_ = 0, size_ = 1, world_rank_ = 0;
+  std::uint64_t id_ = 0;
+  std::vector<int> members_;  // world ranks
   std::size_t chunk_ = static_cast<std::size_t>(INT_MAX);
   // Reduce-scatters of more bytes than this go block by block (see run); smaller ones
   // stay one MPI call.
