@@ -32,6 +32,7 @@ inline constexpr const char* common_usage =
     "  --config ds_config.json (DeepSpeed's; decides policies, optimizer, batch sizes)\n"
     "  --save DIR [--save-every N]  --load DIR  --export FILE.safetensors  --init FILE.safetensors\n"
     "  --report FILE.json  --metrics FILE.jsonl  --log-every N  --peak-flops F (MFU; default: measured)\n"
+    "  --trace FILE.json (Chrome trace: every rank's layers, collectives, optimizer, data, saves)\n"
     "  --quiet  --device cpu|cuda  --help\n";
 
 // What main does with the outcome of its body: --help prints the usage (exit 0); an error

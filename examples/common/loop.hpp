@@ -14,6 +14,7 @@
 #include <strata/observe/flops.hpp>
 #include <strata/observe/progress.hpp>
 #include <strata/observe/resident.hpp>
+#include <strata/observe/trace_file.hpp>
 #include <strata/train/weights_hash.hpp>
 
 #include "args.hpp"
@@ -30,6 +31,7 @@ struct loop_options {
   double tokens_per_sample = 0;  // a language model's sequence: progress in tokens/s
   long log_every = 1;            // a progress line every N steps
   std::string metrics;           // JSON Lines of every step
+  std::string trace;             // Chrome trace JSON of the run
   double peak_flops = 0;         // one process's peak, for MFU (0: measured on the host)
 
   // Reads the common options with this program's defaults.
@@ -46,6 +48,7 @@ struct loop_options {
     init_path = a.str("init", "");
     log_every = a.integer("log-every", 1);
     metrics = a.str("metrics", "");
+    trace = a.str("trace", "");
     peak_flops = a.real("peak-flops", 0.0);
   }
   void validate(int dp, int micro_batches) const {
@@ -137,6 +140,7 @@ loop_result train_loop(
   po.peak_flops = peak_flops_of(tr, o);
   po.metrics_path = o.metrics;
   strata::progress_log progress(tr.grid_ref().world(), po, run_header(tr, o));
+  strata::trace_session trace(tr.grid_ref().world(), o.trace);
   loop_result r;
   strata::batch<> b;
   long first = 0;
@@ -148,7 +152,10 @@ loop_result train_loop(
     if (world_rank == 0) std::printf("resumed from step %ld of %s\n", first, o.load.c_str());
   }
   for (long s = first; s < o.steps; ++s) {
-    fill(s, b);
+    {
+      strata::trace_scope data(strata::trace_track::data, "batch");
+      fill(s, b);
+    }
     r.last = tr.step(b);
     r.losses.push_back(r.last.loss);
     r.seconds.push_back(r.last.seconds);
@@ -162,6 +169,9 @@ loop_result train_loop(
   if (!o.quiet) progress.summary();
   if (!o.export_path.empty()) strata::export_safetensors(tr, o.export_path);
   r.hash = strata::hex64(strata::weights_hash_of(tr, &r.params));
+  const std::size_t events = trace.finish();
+  if (world_rank == 0 && !o.trace.empty() && !o.quiet)
+    std::printf("trace: %zu events in %s (open it in ui.perfetto.dev or chrome://tracing)\n", events, o.trace.c_str());
   return r;
 }
 

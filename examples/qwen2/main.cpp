@@ -39,6 +39,7 @@ const char* const usage =
     "  --save DIR [--save-every N]  --load DIR  --export DIR [--export-dtype fp32|bf16]\n"
     "  --report FILE.json (losses, val_losses, tokens_per_s, memory, weights_hash)\n"
     "  --metrics FILE.jsonl (one line a step, every rank's memory)  --log-every N  --peak-flops F\n"
+    "  --trace FILE.json (Chrome trace: every rank's layers, collectives, optimizer, data, saves)\n"
     "  --plan [--world N]     print each rank's memory for the layout and ZeRO 0-3, and exit\n"
     "  --help\n";
 

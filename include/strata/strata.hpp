@@ -7,6 +7,7 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/shape.hpp"
+#include "core/trace.hpp"
 
 #include "space/host.hpp"
 #include "space/host_ops.hpp"
@@ -17,6 +18,8 @@
 #include "comm/communicator.hpp"
 #include "comm/environment.hpp"
 #include "comm/grid.hpp"
+#include "comm/hang_diagnosis.hpp"
+#include "comm/op_history.hpp"
 #include "comm/self.hpp"
 #if STRATA_HAS_MPI
 #include "comm/mpi.hpp"
@@ -64,3 +67,4 @@
 
 #include "observe/progress.hpp"
 #include "observe/resident.hpp"
+#include "observe/trace_file.hpp"

@@ -102,6 +102,49 @@ for s in steps:
 print("metrics: header and", len(steps), "steps")
 PY
 
+# --trace: one Chrome trace of both ranks, with a track per kind of work and communicator.
+"$mpiexec" -n 2 "$mlp" --zero 2 --steps 3 --micro-batches 2 --trace "$work/trace.json" --save "$work/traced" \
+  --export "$work/traced.safetensors" >"$work/trace.log"
+grep -q "^trace: [0-9]* events in $work/trace.json" "$work/trace.log" || { echo "FAILED: no trace line"; exit 1; }
+python3 - "$work/trace.json" <<'PY'
+import json, sys, collections
+t = json.load(open(sys.argv[1]))["traceEvents"]
+procs = {e["pid"]: e["args"]["name"] for e in t if e["name"] == "process_name"}
+assert procs == {0: "rank 0", 1: "rank 1"}, procs
+tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in t if e["name"] == "thread_name"}
+for r in (0, 1):
+    names = {n for (p, _), n in tracks.items() if p == r}
+    assert {"compute", "optimizer", "data", "checkpoint", "comm data", "comm world"} <= names, names
+x = [e for e in t if e["ph"] == "X"]
+for e in x:
+    assert e["cat"] == tracks[(e["pid"], e["tid"])] and e["dur"] >= 0, e
+steps, micro = 3, 2
+ops = {}
+for r in (0, 1):
+    mine = [e for e in x if e["pid"] == r]
+    count = collections.Counter(e["name"] for e in mine)
+    layers = [n[: -len(" forward")] for n in count if n.endswith(" forward")]
+    assert len(layers) >= 3, count
+    for l in layers:  # every layer forward and backward once per micro-batch
+        assert count[l + " forward"] == count[l + " backward"] == steps * micro, (l, count)
+    step_events = sorted((e for e in mine if e["name"].startswith("step ")), key=lambda e: e["ts"])
+    assert [e["name"] for e in step_events] == ["step 1", "step 2", "step 3"], step_events
+    for e in mine:  # a layer's event lies inside its step's
+        if e["name"].endswith(("forward", "backward")):
+            assert any(s["ts"] <= e["ts"] and e["ts"] + e["dur"] <= s["ts"] + s["dur"] + 1e-3 for s in step_events), e
+    assert count["adamw"] == steps and count["batch"] == steps, count
+    saves = [e for e in mine if e["cat"] == "checkpoint"]
+    assert any(e["name"].startswith("save ") for e in saves) and any(e["name"].startswith("export ") for e in saves)
+    rs = [e for e in mine if e["name"].startswith("reduce_scatter #")]
+    assert rs and all(e["args"]["comm"] == "data" and e["args"]["bytes"] > 0 for e in rs), rs[:3]
+    # Every collective on the communicator while tracing, numbered without gaps.
+    seqs = sorted(e["args"]["seq"] for e in mine if e["cat"] == "comm data" and "seq" in e["args"])
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs[:10]
+    ops[r] = [(e["args"]["seq"], e["name"], e["args"]["bytes"]) for e in mine if e["cat"] == "comm data"]
+assert sorted(ops[0]) == sorted(ops[1]), "the ranks' collectives differ"
+print("trace:", len(x), "events;", sorted({n for n in tracks.values()}))
+PY
+
 # The memory report is the truth (issue #17): a 29.9 M-param ZeRO-3 run with an export
 # peaks, on every rank, within 10 % of its report above what the process held before the
 # trainer existed (base_rss_bytes: program, libraries, MPI), plus 4 MiB for BLAS's and

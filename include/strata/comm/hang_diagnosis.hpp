@@ -57,7 +57,7 @@ inline std::string op_text(const op_record& o, const comm_history& c) {
   if (o.op != "barrier" && o.op != "split" && o.op != "free") d += cat(" of ", o.count, " elements");
   auto world = [&](int peer) {
     return peer >= 0 && static_cast<std::size_t>(peer) < c.members.size() ? c.members[static_cast<std::size_t>(peer)]
-                                                                           : peer;
+                                                                          : peer;
   };
   if (o.op == "send") d += cat(" to rank ", world(o.peer), " tag ", o.tag);
   if (o.op == "recv") d += cat(" from rank ", world(o.peer), " tag ", o.tag);
@@ -78,14 +78,15 @@ inline std::string last_activity(const rank_dump& d) {
   const comm_history* where = nullptr;
   for (const auto& c : d.comms)
     for (const auto& o : c.ops)
-      if (!o.done() && o.started_ago >= 0) return cat("it waits in ", op_text(o, c), " on ", c.name, " since ",
-                                                      seconds_text(o.started_ago), " ago");
+      if (!o.done() && o.started_ago >= 0)
+        return cat("it waits in ", op_text(o, c), " on ", c.name, " since ", seconds_text(o.started_ago), " ago");
   for (const auto& c : d.comms)
     for (const auto& o : c.ops)
       if (!latest || o.ended_ago < latest->ended_ago) latest = &o, where = &c;
-  if (!latest) return "it has no recorded operation";
+  const char* why = " (it is computing, or blocked outside strata's communication)";
+  if (!latest) return cat("it has no recorded operation", why);
   return cat("its last operation, ", op_text(*latest, *where), " on ", where->name, ", ended ",
-             seconds_text(latest->ended_ago), " ago (it is computing, or blocked outside strata's communication)");
+             seconds_text(latest->ended_ago), " ago", why);
 }
 
 }  // namespace detail
@@ -132,8 +133,10 @@ inline hang_diagnosis diagnose_hang(std::span<const rank_dump> dumps, int world_
       for (int r : v.any->members) {
         auto it = v.at.find(r);
         if (it == v.at.end()) {
-          if (by_rank.count(r)) absent.push_back(r);  // a dump without the communicator: not created yet
-          else unknown.push_back(r);
+          if (by_rank.count(r))
+            absent.push_back(r);  // a dump without the communicator: not created yet
+          else
+            unknown.push_back(r);
           continue;
         }
         if (it->second->collectives >= oldest) {
@@ -146,8 +149,8 @@ inline hang_diagnosis diagnose_hang(std::span<const rank_dump> dumps, int world_
       std::string line = what ? detail::op_text(*what, *what_on) : cat("collective #", oldest);
       line += cat(" on ", where, ": ", rank_list(in_it), in_it.size() == 1 ? " waits" : " wait");
       if (what && what->started_ago >= 0) line += cat(" (for ", detail::seconds_text(what->started_ago), ")");
-      if (!absent.empty()) line += cat("; ", rank_list(absent), " did not reach ",
-                                       what ? what->op : "it", " #", oldest, " on ", name);
+      if (!absent.empty())
+        line += cat("; ", rank_list(absent), " did not reach ", what ? what->op : "it", " #", oldest, " on ", name);
       if (!unknown.empty()) line += cat("; ", rank_list(unknown), " unknown (no dump)");
       if (absent.empty() && unknown.empty())
         line += "; every member reached it: it is in progress, or MPI or the network is stuck";
@@ -168,8 +171,8 @@ inline hang_diagnosis diagnose_hang(std::span<const rank_dump> dumps, int world_
           kinds.push_back(cat("rank ", r, " called ", detail::op_text(*o, *v.at.at(r))));
       }
       if (!kinds.empty()) {
-        std::string m = cat("  collective #", oldest, " on ", name, " differs across ranks: rank ",
-                            in_it.front(), " called ", what ? detail::op_text(*what, *what_on) : "?");
+        std::string m = cat("  collective #", oldest, " on ", name, " differs across ranks: rank ", in_it.front(),
+                            " called ", what ? detail::op_text(*what, *what_on) : "?");
         for (const auto& k : kinds) m += "; " + k;
         h.findings.push_back(m + " (the ranks call this communicator's collectives in different orders or sizes)");
       }

@@ -29,9 +29,9 @@ struct op_record {
 
 struct comm_history {
   std::string name;
-  std::uint64_t id = 0;      // the same on every member, different for every communicator
-  std::vector<int> members;  // world ranks, in the communicator's rank order
-  int rank = 0;              // this process's rank in it
+  std::uint64_t id = 0;                        // the same on every member, different for every communicator
+  std::vector<int> members;                    // world ranks, in the communicator's rank order
+  int rank = 0;                                // this process's rank in it
   std::uint64_t submitted = 0, completed = 0;  // tickets: completion is in ticket order
   std::uint64_t collectives = 0;               // collectives submitted
   std::vector<op_record> ops;                  // the last ones (up to 64), oldest first
@@ -48,15 +48,21 @@ struct rank_dump {
   int world_rank = 0, world_size = 1;
   std::string host;
   long pid = 0;
-  std::string reason;  // "time-out", "SIGUSR1", "asked by rank 3"
+  std::string reason;   // "time-out", "SIGUSR1", "asked by rank 3"
   double taken_at = 0;  // seconds since the Unix epoch
   std::vector<comm_history> comms;
 };
 
 inline void to_json(nlohmann::json& j, const op_record& o) {
-  j = {{"ticket", o.ticket},     {"seq", o.seq},          {"op", o.op},
-       {"count", o.count},       {"bytes", o.bytes},      {"peer", o.peer},
-       {"tag", o.tag},           {"enqueued_ago", o.enqueued_ago}, {"started_ago", o.started_ago},
+  j = {{"ticket", o.ticket},
+       {"seq", o.seq},
+       {"op", o.op},
+       {"count", o.count},
+       {"bytes", o.bytes},
+       {"peer", o.peer},
+       {"tag", o.tag},
+       {"enqueued_ago", o.enqueued_ago},
+       {"started_ago", o.started_ago},
        {"ended_ago", o.ended_ago}};
 }
 inline void from_json(const nlohmann::json& j, op_record& o) {
@@ -72,10 +78,14 @@ inline void from_json(const nlohmann::json& j, op_record& o) {
   j.at("ended_ago").get_to(o.ended_ago);
 }
 inline void to_json(nlohmann::json& j, const comm_history& c) {
-  j = {{"name", c.name},           {"id", c.id},
-       {"members", c.members},     {"rank", c.rank},
-       {"submitted", c.submitted}, {"completed", c.completed},
-       {"collectives", c.collectives}, {"ops", c.ops}};
+  j = {{"name", c.name},
+       {"id", c.id},
+       {"members", c.members},
+       {"rank", c.rank},
+       {"submitted", c.submitted},
+       {"completed", c.completed},
+       {"collectives", c.collectives},
+       {"ops", c.ops}};
 }
 inline void from_json(const nlohmann::json& j, comm_history& c) {
   j.at("name").get_to(c.name);
@@ -88,9 +98,8 @@ inline void from_json(const nlohmann::json& j, comm_history& c) {
   j.at("ops").get_to(c.ops);
 }
 inline void to_json(nlohmann::json& j, const rank_dump& d) {
-  j = {{"world_rank", d.world_rank}, {"world_size", d.world_size}, {"host", d.host},
-       {"pid", d.pid},               {"reason", d.reason},         {"taken_at", d.taken_at},
-       {"comms", d.comms}};
+  j = {{"world_rank", d.world_rank}, {"world_size", d.world_size}, {"host", d.host},  {"pid", d.pid},
+       {"reason", d.reason},         {"taken_at", d.taken_at},     {"comms", d.comms}};
 }
 inline void from_json(const nlohmann::json& j, rank_dump& d) {
   j.at("world_rank").get_to(d.world_rank);
@@ -112,8 +121,10 @@ inline rank_dump parse_rank_dump(const std::string& text, const std::string& whe
     for (const auto& c : d.comms)
       expects<config_error>(c.rank >= 0 && static_cast<std::size_t>(c.rank) < c.members.size() &&
                                 c.members[static_cast<std::size_t>(c.rank)] == d.world_rank,
-                            [&] { return cat("communicator ", c.name, " does not list world rank ", d.world_rank,
-                                             " at its rank ", c.rank); });
+                            [&] {
+                              return cat("communicator ", c.name, " does not list world rank ", d.world_rank,
+                                         " at its rank ", c.rank);
+                            });
     return d;
   } catch (const nlohmann::json::exception& e) {
     throw config_error(cat(where, ": not a strata operation dump: ", e.what()));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../core/error.hpp"
+#include "../core/trace.hpp"
 #include "../model/reflect.hpp"
 #include "safetensors.hpp"
 
@@ -64,6 +65,7 @@ void stream_weights_to_rank0(Trainer& tr, Open&& open, Piece&& piece) {
 // holds more than one piece of the model (see detail::stream_weights_to_rank0).
 template <class Trainer>
 void export_safetensors(Trainer& tr, const std::filesystem::path& path, dtype as = dtype::f32) {
+  trace_scope ev(trace_track::checkpoint, [&] { return cat("export ", path.string()); });
   std::vector<std::string> names;
   std::vector<shape> shapes;
   detail::model_names_and_full_shapes(tr, names, shapes);

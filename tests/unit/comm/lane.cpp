@@ -56,6 +56,10 @@ struct exec {
     ++timeouts;
     release[t.id] = true;  // a real executor aborts; this one lets the task finish
   }
+  std::atomic<int> traced_count{0};
+  void traced(const task&, std::uint64_t, std::int64_t start, std::int64_t end) {
+    if (end >= start) ++traced_count;
+  }
   std::vector<int> started_copy() {
     std::lock_guard lk(m);
     return started;
@@ -197,4 +201,42 @@ TEST_CASE("the lane thread reports a task that a caller runs past the time-out",
   REQUIRE(e.timeouts == 1);
   REQUIRE(e.timed_out_id == 9);
   REQUIRE(e.timed_out_on != std::this_thread::get_id());
+}
+
+TEST_CASE("a lane's history: the last 64 operations with collective sequence numbers and times", "[lane][history]") {
+  exec e;
+  {
+    lane q(e, std::chrono::seconds(30));
+    std::uint64_t last = 0;
+    for (int i = 0; i < 70; ++i) {
+      task t;
+      t.id = i;
+      t.posted = i % 10 == 3;  // a point-to-point task now and then
+      e.release[i] = true;
+      last = q.submit(t);
+    }
+    q.wait(last);
+    std::vector<std::uint64_t> tickets, seqs;
+    bool all_timed = true;
+    const auto totals = q.history(
+        [&](std::uint64_t ticket, std::uint64_t seq, const task& t, auto enq, const auto* started, const auto* ended) {
+          tickets.push_back(ticket);
+          seqs.push_back(seq);
+          all_timed = all_timed && started && ended && *started >= enq && *ended >= *started &&
+                      t.id == static_cast<int>(ticket) - 1;
+        });
+    REQUIRE(totals.submitted == 70);
+    REQUIRE(totals.completed == 70);
+    REQUIRE(totals.collectives == 63);  // 7 of the 70 are point-to-point
+    REQUIRE(tickets.size() == 64);
+    REQUIRE(tickets.front() == 7);
+    REQUIRE(tickets.back() == 70);
+    REQUIRE(all_timed);
+    // ticket 7 is task 6, the 6th collective (tasks 0-2, 4-6); task 13 (ticket 14) is posted.
+    REQUIRE(seqs.front() == 6);
+    REQUIRE(seqs[14 - 7] == 0);
+    REQUIRE(seqs.back() == 63);
+    // Nothing is traced unless a trace session is on.
+    REQUIRE(e.traced_count == 0);
+  }
 }

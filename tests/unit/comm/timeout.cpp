@@ -2,15 +2,16 @@
 // time-out with a message naming rank, operation, size, time and communicator, and a
 // diagnosis naming the rank(s) that did not reach it (comm/detail/hang_watch.hpp). The abort
 // is observed from outside: the test launches this binary under mpiexec, running a hidden case.
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <csignal>
-#include <filesystem>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -89,8 +90,8 @@ outcome launch(const std::string& test_name, const std::string& env, int ranks =
 outcome diagnose(const std::string& dir) {
   const std::string out = dir + "/diagnose.txt";
   outcome o;
-  o.exit_code = run_shell(std::string(STRATA_TEST_DATA_DIR) + "/../../scripts/diagnose '" + dir + "' > '" + out +
-                          "' 2>&1");
+  o.exit_code =
+      run_shell(std::string(STRATA_TEST_DATA_DIR) + "/../../scripts/diagnose '" + dir + "' > '" + out + "' 2>&1");
   o.output = read_text(out);
   return o;
 }
@@ -146,7 +147,7 @@ TEST_CASE("a hang names its rank: one rank of 4 that sleeps before a collective"
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("SIGUSR1 makes each rank write its last operations; scripts/diagnose reads them", "[diagnose]") {
+TEST_CASE("SIGUSR1 to mpiexec makes each rank write its last operations; scripts/diagnose reads them", "[diagnose]") {
   const auto dir = fresh_dir();
   const auto o = launch("timeout child: SIGUSR1", "STRATA_DIAGNOSE_DIR=" + dir);
   INFO(o.output);
@@ -203,9 +204,11 @@ TEST_CASE("timeout child: SIGUSR1", "[.]") {
   w.all_reduce(std::span(x));
   std::vector<double> y(5);
   w.broadcast(std::span(y), 0);
-  std::raise(SIGUSR1);
+  // As a user does from outside: SIGUSR1 to mpiexec (this rank's parent here), which
+  // Open MPI forwards to every rank.
+  if (w.rank() == 0) REQUIRE(kill(getppid(), SIGUSR1) == 0);
   const std::string file = strata::detail::diagnose_dir() + "/rank-" + std::to_string(w.rank()) + ".json";
-  for (int i = 0; i < 100 && !std::filesystem::exists(file); ++i) std::this_thread::sleep_for(50ms);
+  for (int i = 0; i < 200 && !std::filesystem::exists(file); ++i) std::this_thread::sleep_for(50ms);
   REQUIRE(std::filesystem::exists(file));
 }
 

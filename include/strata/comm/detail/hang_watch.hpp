@@ -53,9 +53,9 @@ class hang_watch {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     // Only where the program has not taken SIGUSR1 for itself (its default ends the process).
-    struct sigaction old{};
+    struct sigaction old {};
     if (sigaction(SIGUSR1, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL) {
-      struct sigaction sa{};
+      struct sigaction sa {};
       sa.sa_handler = strata_on_sigusr1;
       sigemptyset(&sa.sa_mask);
       sa.sa_flags = SA_RESTART;

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "../../core/error.hpp"
+#include "../../core/trace.hpp"
 #include "../request.hpp"
 
 namespace strata::detail {
@@ -42,6 +43,7 @@ inline std::chrono::duration<double> default_comm_timeout() {
 //   static bool overlaps(const Task&)          may be posted while earlier posted tasks are
 //                                              in flight (point-to-point; a collective waits)
 //   void timed_out(const Task&, double s)      called on a waiting thread; normally aborts
+//   void traced(const Task&, seq, start, end)  records a finished task while tracing
 // Tasks complete, and tickets are published, in submission order. The ring is fixed, so
 // submitting allocates nothing; a full ring makes the submitter wait, as a full stream does.
 template <class Task, class Exec>
@@ -109,6 +111,7 @@ class lane final : public request_source {
         {
           std::lock_guard lk(l.m_);
           l.ended_at_[slot_of(ticket)].store(clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+          if (tracing()) l.trace(ticket);
           l.completed_.store(ticket, std::memory_order_release);
           l.submitted_seen_.store(l.submitted_, std::memory_order_release);
           l.inline_active_ = false;
@@ -259,8 +262,10 @@ class lane final : public request_source {
       while (completed < started && done[slot_of(completed + 1)]) done[slot_of(++completed)] = false;
       if (completed != before) {
         const auto now = clock::now().time_since_epoch().count();
-        for (std::uint64_t t = before + 1; t <= completed; ++t)
+        for (std::uint64_t t = before + 1; t <= completed; ++t) {
           ended_at_[slot_of(t)].store(now, std::memory_order_relaxed);
+          if (tracing()) trace(t);
+        }
         {
           std::lock_guard lk(m_);
           completed_.store(completed, std::memory_order_release);
@@ -281,6 +286,15 @@ class lane final : public request_source {
         work_cv_.wait_for(lk, std::chrono::microseconds(50), [&] { return submitted_ > seen; });
       }
     }
+  }
+
+  // The ticket's task, finished: its slot is not reused before completed_ passes it.
+  void trace(std::uint64_t ticket) {
+    const std::size_t s = slot_of(ticket);
+    const auto ns = [](clock::rep r) {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(clock::duration(r)).count();
+    };
+    exec_.traced(ring_[s], seq_[s], ns(started_at_[s].load()), ns(ended_at_[s].load()));
   }
 
   // Called under m_ as a task takes its ticket.
@@ -311,8 +325,8 @@ class lane final : public request_source {
   std::array<clock::rep, capacity> enqueued_at_{};  // guarded by m_
   std::array<std::uint64_t, capacity> seq_{};       // guarded by m_
   std::uint64_t collectives_ = 0;                   // guarded by m_
-  std::uint64_t submitted_ = 0;                   // guarded by m_
-  std::atomic<std::uint64_t> submitted_seen_{0};  // the same, readable by the lane without m_
+  std::uint64_t submitted_ = 0;                     // guarded by m_
+  std::atomic<std::uint64_t> submitted_seen_{0};    // the same, readable by the lane without m_
   std::atomic<std::uint64_t> started_{0};
   std::atomic<std::uint64_t> completed_{0};
   std::atomic<std::int64_t> timeout_ns_{0};

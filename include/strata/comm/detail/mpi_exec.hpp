@@ -132,14 +132,23 @@ class mpi_state final : public history_source {
   // With an environment's hang watch, every rank's last operations are gathered first and
   // the diagnosis names the rank(s) the job waits for.
   [[noreturn]] void timed_out(const mpi_task& t, double seconds) {
-    const std::string line =
-        cat("strata: rank ", world_rank_, ": ", name_of(t.k), " of ", t.count, " elements timed out after ", seconds,
-            " s on ", name_);
+    const std::string line = cat("strata: rank ", world_rank_, ": ", name_of(t.k), " of ", t.count,
+                                 " elements timed out after ", seconds, " s on ", name_);
     if (auto* w = hang_watch::active().load(std::memory_order_acquire)) w->timed_out(line, seconds);
     std::fprintf(stderr, "%s\n", line.c_str());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
     std::abort();
+  }
+
+  void traced(const mpi_task& t, std::uint64_t seq, std::int64_t start_ns, std::int64_t end_ns) {
+    using k = mpi_task::kind;
+    std::string args =
+        cat("\"comm\":", nlohmann::json(name_).dump(), ",\"bytes\":", t.count * t.elem, ",\"count\":", t.count);
+    if (seq) args += cat(",\"seq\":", seq);
+    if (t.k == k::send || t.k == k::recv) args += cat(",\"peer\":", t.peer, ",\"tag\":", t.tag);
+    trace_complete(cat("comm ", name_), seq ? cat(name_of(t.k), " #", seq) : std::string(name_of(t.k)), start_ns,
+                   end_ns, std::move(args));
   }
 
   comm_history history() override {
@@ -151,23 +160,23 @@ class mpi_state final : public history_source {
     using clock = lane<mpi_task, mpi_state>::clock;
     const auto now = clock::now();
     auto ago = [&](const clock::time_point* t) { return t ? std::chrono::duration<double>(now - *t).count() : -1.0; };
-    const auto totals = lane_.history([&](std::uint64_t ticket, std::uint64_t seq, const mpi_task& t,
-                                          const clock::time_point& enqueued, const clock::time_point* started,
-                                          const clock::time_point* ended) {
-      using k = mpi_task::kind;
-      op_record o;
-      o.ticket = ticket;
-      o.seq = seq;
-      o.op = name_of(t.k);
-      o.count = t.count;
-      o.bytes = t.count * t.elem;
-      if (t.k == k::send || t.k == k::recv || t.k == k::broadcast) o.peer = t.peer;
-      if (t.k == k::send || t.k == k::recv) o.tag = t.tag;
-      o.enqueued_ago = ago(&enqueued);
-      o.started_ago = ago(started);
-      o.ended_ago = ago(ended);
-      h.ops.push_back(std::move(o));
-    });
+    const auto totals =
+        lane_.history([&](std::uint64_t ticket, std::uint64_t seq, const mpi_task& t, const clock::time_point& enqueued,
+                          const clock::time_point* started, const clock::time_point* ended) {
+          using k = mpi_task::kind;
+          op_record o;
+          o.ticket = ticket;
+          o.seq = seq;
+          o.op = name_of(t.k);
+          o.count = t.count;
+          o.bytes = t.count * t.elem;
+          if (t.k == k::send || t.k == k::recv || t.k == k::broadcast) o.peer = t.peer;
+          if (t.k == k::send || t.k == k::recv) o.tag = t.tag;
+          o.enqueued_ago = ago(&enqueued);
+          o.started_ago = ago(started);
+          o.ended_ago = ago(ended);
+          h.ops.push_back(std::move(o));
+        });
     h.submitted = totals.submitted;
     h.completed = totals.completed;
     h.collectives = totals.collectives;
@@ -212,7 +221,8 @@ class mpi_state final : public history_source {
     STRATA_CHECK_MPI(MPI_Group_translate_ranks(group, size_, local.data(), world, members_.data()));
     MPI_Group_free(&group);
     MPI_Group_free(&world);
-    std::uint64_t id = rank_ == 0 ? (static_cast<std::uint64_t>(world_rank_) << 32) | comm_registry::get().next_local_id() : 0;
+    std::uint64_t id =
+        rank_ == 0 ? (static_cast<std::uint64_t>(world_rank_) << 32) | comm_registry::get().next_local_id() : 0;
     STRATA_CHECK_MPI(MPI_Bcast(&id, 1, MPI_UINT64_T, 0, comm_));
     id_ = id;
   }

@@ -12,6 +12,7 @@
 #include "../../comm/reduce_op.hpp"
 #include "../../core/buffer.hpp"
 #include "../../core/error.hpp"
+#include "../../core/trace.hpp"
 #include "../../parallel/bucket_plan.hpp"
 #include "../../parallel/pipeline.hpp"
 #include "../../space/ops.hpp"
@@ -179,6 +180,8 @@ class schedule_driver {
     ctx_.set_micro_batch(m);
     for (std::size_t l = first; l < end; ++l) {
       if constexpr (stage == 3) gathers_.ensure_live(plan_.bucket_of_layer(l), true);
+      trace_scope ev(trace_track::compute, [&] { return cat(table_[l].name, " forward"); });
+      ev.arg("micro_batch", cat(m));
       table_[l].run_forward(ctx_, acts[l - first], acts[l - first + 1], static_cast<std::size_t>(slot));
     }
     if (is_last_stage()) {
@@ -209,6 +212,8 @@ class schedule_driver {
       if (l + 1 == buckets[b].end_layer) reduce_.begin(b, first_backward);
       // A recomputed layer refills its scratch cache from its kept input; the output is
       // the one forward made, so it goes to a scratch tensor of its own.
+      trace_scope ev(trace_track::compute, [&] { return cat(table_[l].name, " backward"); });
+      ev.arg("micro_batch", cat(m));
       if (table_[l].recompute)
         table_[l].run_forward(ctx_, acts_[static_cast<std::size_t>(slot)][l - first], recomputed_,
                               static_cast<std::size_t>(slot));

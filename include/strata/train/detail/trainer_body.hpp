@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../../core/error.hpp"
+#include "../../core/trace.hpp"
 #include "../../io/checkpoint.hpp"
 #include "../../model/layout.hpp"
 #include "../../model/reflect.hpp"
@@ -103,6 +104,7 @@ class trainer_body {
   trainer_body& operator=(const trainer_body&) = delete;
 
   step_stats step(const batch<Space>& b) {
+    trace_scope ev(trace_track::compute, [&] { return cat("step ", counters_.step + 1); });
     const auto t0 = std::chrono::steady_clock::now();
     check_batch_rows(b, opts_.micro_batches);
     const float scale = loss_scale();
@@ -131,6 +133,7 @@ class trainer_body {
       dev_.eng->fill(state_.grad_shard.data(), state_.grad_shard.size(), 0.0f);
     } else {
       const float coef = clip_coefficient(s.grad_norm, opts_.max_grad_norm);
+      trace_scope opt(trace_track::optimizer, Optimizer::name);
       update_.apply(s.lr, static_cast<float>(coef * unscale),
                     counters_.step - static_cast<long>(counters_.skipped.size()));
     }
@@ -168,9 +171,11 @@ class trainer_body {
   }
 
   void save(const std::filesystem::path& dir, nlohmann::json extra, const checkpoint_options& o) {
+    trace_scope ev(trace_track::checkpoint, [&] { return cat("save ", dir.string()); });
     checkpoints_.save(dir, std::move(extra), o, counters_, opts_.seed);
   }
   nlohmann::json load(const std::filesystem::path& dir) {
+    trace_scope ev(trace_track::checkpoint, [&] { return cat("load ", dir.string()); });
     checkpoint_state st = checkpoints_.load(dir, counters_, opts_.seed);
     counters_.step = st.step;
     counters_.skipped = st.skipped;
