@@ -12,6 +12,7 @@
 
 #include <strata/io/export.hpp>
 #include <strata/observe/flops.hpp>
+#include <strata/observe/gpu_peaks.hpp>
 #include <strata/observe/progress.hpp>
 #include <strata/observe/resident.hpp>
 #include <strata/observe/trace_file.hpp>
@@ -102,12 +103,24 @@ nlohmann::json run_header(Trainer& tr, const loop_options& o) {
           {"blas", strata::host_threads().blas}};
 }
 
-// The peak FLOP/s of one process, for MFU: --peak-flops, or on the host the BLAS's best
-// GEMM measured on every rank at once (they share the cores); 0 (no MFU) on a device.
+// The peak FLOP/s of one process, for MFU: --peak-flops; on a GPU its datasheet peak
+// for the run's precision (observe/gpu_peaks.hpp; 0, no MFU, for a device not in the
+// table); on the host the BLAS's best GEMM measured on every rank at once (they share the cores).
 template <class Trainer>
 double peak_flops_of(Trainer& tr, const loop_options& o) {
   if (o.peak_flops > 0) return o.peak_flops;
-  if constexpr (!std::is_same_v<typename Trainer::space_type, strata::host>) return 0;
+  using space = typename Trainer::space_type;
+  if constexpr (!std::is_same_v<space, strata::host>) {
+    if constexpr (requires { space::device_name(); }) {
+      const std::string name = space::device_name();
+      const double peak =
+          strata::gpu_peak_flops(name, std::string_view(Trainer::precision::name) != std::string_view("fp32"));
+      if (peak == 0 && tr.grid_ref().world().rank() == 0 && !o.quiet)
+        std::printf("no peak FLOP/s known for %s: give --peak-flops for MFU\n", name.c_str());
+      return peak;
+    }
+    return 0;
+  }
   tr.grid_ref().world().barrier();
   double peak = strata::measure_host_peak_flops();
   tr.grid_ref().world().all_reduce(std::span<double>(&peak, 1), strata::reduce_op::avg);

@@ -65,6 +65,7 @@
 #include "train/trainer.hpp"
 #include "train/weights_hash.hpp"
 
+#include "observe/gpu_peaks.hpp"
 #include "observe/progress.hpp"
 #include "observe/resident.hpp"
 #include "observe/trace_file.hpp"

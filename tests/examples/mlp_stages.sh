@@ -101,6 +101,21 @@ for s in steps:
     assert 0 < s["mfu"] < 1, s
 print("metrics: header and", len(steps), "steps")
 PY
+# scripts/plot draws the metrics file: three PNGs, or SVGs on request.
+plot=$(dirname "$0")/../../scripts/plot
+"$plot" "$work/metrics.jsonl" --out "$work/plots" >"$work/plot.log"
+for f in loss throughput memory; do
+  head -c 8 "$work/plots/$f.png" | od -An -c | grep -q 'P   N   G' || { echo "FAILED: $f.png is not a PNG"; exit 1; }
+done
+"$plot" "$work/metrics.jsonl" --out "$work/plots" --format svg >/dev/null
+grep -q "<svg" "$work/plots/loss.svg" || { echo "FAILED: loss.svg is not an SVG"; exit 1; }
+"$plot" --help | grep -q "^usage: scripts/plot" || { echo "FAILED: plot --help"; exit 1; }
+set +e
+"$plot" "$work/metrics.jsonl" --bogus 2>/dev/null; rc=$?
+"$plot" "$work/progress.log" 2>"$work/plot_bad.log"; rc_bad=$?
+set -e
+[ $rc = 2 ] || { echo "FAILED: plot with a bad option exited $rc, not 2"; exit 1; }
+[ $rc_bad != 0 ] && grep -q "is it a --metrics file" "$work/plot_bad.log" || { echo "FAILED: plot of a non-metrics file"; exit 1; }
 
 # --trace: one Chrome trace of both ranks, with a track per kind of work and communicator.
 "$mpiexec" -n 2 "$mlp" --zero 2 --steps 3 --micro-batches 2 --trace "$work/trace.json" --save "$work/traced" \

@@ -167,6 +167,12 @@ struct cuda {
     static detail::space_counters c;
     return c;
   }
+  // The current device's name, as cudaDeviceProp::name ("NVIDIA H100 80GB HBM3").
+  static std::string device_name() {
+    cudaDeviceProp p{};
+    STRATA_CHECK_CUDA(cudaGetDeviceProperties(&p, current_device()));
+    return p.name;
+  }
 };
 
 // Page-locked host memory: readable from the host, and the only host memory that
