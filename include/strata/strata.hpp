@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "core/shape.hpp"
 #include "core/trace.hpp"
+#include "version.hpp"
 
 #include "space/host.hpp"
 #include "space/host_ops.hpp"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs strata to a temporary prefix, then configures, builds and runs (2 processes)
-# a consumer project that finds it with find_package(strata CONFIG REQUIRED).
+# a consumer project that finds it with find_package(strata CONFIG REQUIRED); then the
+# same install moved to another prefix (relocated), and strata taken by add_subdirectory
+# and by FetchContent from the source tree (tests/package/subproject).
 # usage: run.sh SOURCE_DIR WORK_DIR CMAKE MPIEXEC
 set -euo pipefail
 src=$1 work=$2 cmake=$3 mpiexec=$4
@@ -13,3 +15,19 @@ rm -rf "$work" && mkdir -p "$work"
   -DCMAKE_PREFIX_PATH="$work/prefix"
 "$cmake" --build "$work/consumer"
 "$mpiexec" -n 2 "$work/consumer/consumer"
+
+# The other ways in, each a fresh project (CUDA off: what is checked is the CMake, and
+# enabling CUDA in a consumer costs it nvcc's configure checks).
+sub() {
+  local name=$1
+  shift
+  "$cmake" -S "$src/tests/package/subproject" -B "$work/$name" -DCMAKE_BUILD_TYPE=Release "$@" >"$work/$name.log"
+  "$cmake" --build "$work/$name" >>"$work/$name.log"
+  "$mpiexec" -n 2 "$work/$name/subproject"
+}
+# Relocated: the package refers to nothing of its original prefix.
+mv "$work/prefix" "$work/moved-prefix"
+sub relocated -DSTRATA_CONSUME=find_package -DCMAKE_PREFIX_PATH="$work/moved-prefix"
+sub subdirectory -DSTRATA_CONSUME=subdirectory -DSTRATA_SOURCE="$src" -DSTRATA_ENABLE_CUDA=OFF
+sub fetchcontent -DSTRATA_CONSUME=fetchcontent -DSTRATA_SOURCE="$src" -DSTRATA_ENABLE_CUDA=OFF
+echo "package: find_package, relocated, add_subdirectory and FetchContent consumers ran"

@@ -322,9 +322,11 @@ class lane final : public request_source {
   std::array<Task, capacity> ring_{};
   std::array<std::atomic<clock::rep>, capacity> started_at_{};
   std::array<std::atomic<clock::rep>, capacity> ended_at_{};
-  std::array<clock::rep, capacity> enqueued_at_{};  // guarded by m_
-  std::array<std::uint64_t, capacity> seq_{};       // guarded by m_
-  std::uint64_t collectives_ = 0;                   // guarded by m_
+  // Written under m_ before the ticket is published (so the lane reads them after its
+  // acquire of submitted_seen_ without m_).
+  std::array<clock::rep, capacity> enqueued_at_{};
+  std::array<std::uint64_t, capacity> seq_{};
+  std::uint64_t collectives_ = 0;  // guarded by m_
   std::uint64_t submitted_ = 0;                     // guarded by m_
   std::atomic<std::uint64_t> submitted_seen_{0};    // the same, readable by the lane without m_
   std::atomic<std::uint64_t> started_{0};
