@@ -53,63 +53,11 @@ struct rank_dump {
   std::vector<comm_history> comms;
 };
 
-inline void to_json(nlohmann::json& j, const op_record& o) {
-  j = {{"ticket", o.ticket},
-       {"seq", o.seq},
-       {"op", o.op},
-       {"count", o.count},
-       {"bytes", o.bytes},
-       {"peer", o.peer},
-       {"tag", o.tag},
-       {"enqueued_ago", o.enqueued_ago},
-       {"started_ago", o.started_ago},
-       {"ended_ago", o.ended_ago}};
-}
-inline void from_json(const nlohmann::json& j, op_record& o) {
-  j.at("ticket").get_to(o.ticket);
-  j.at("seq").get_to(o.seq);
-  j.at("op").get_to(o.op);
-  j.at("count").get_to(o.count);
-  j.at("bytes").get_to(o.bytes);
-  j.at("peer").get_to(o.peer);
-  j.at("tag").get_to(o.tag);
-  j.at("enqueued_ago").get_to(o.enqueued_ago);
-  j.at("started_ago").get_to(o.started_ago);
-  j.at("ended_ago").get_to(o.ended_ago);
-}
-inline void to_json(nlohmann::json& j, const comm_history& c) {
-  j = {{"name", c.name},
-       {"id", c.id},
-       {"members", c.members},
-       {"rank", c.rank},
-       {"submitted", c.submitted},
-       {"completed", c.completed},
-       {"collectives", c.collectives},
-       {"ops", c.ops}};
-}
-inline void from_json(const nlohmann::json& j, comm_history& c) {
-  j.at("name").get_to(c.name);
-  j.at("id").get_to(c.id);
-  j.at("members").get_to(c.members);
-  j.at("rank").get_to(c.rank);
-  j.at("submitted").get_to(c.submitted);
-  j.at("completed").get_to(c.completed);
-  j.at("collectives").get_to(c.collectives);
-  j.at("ops").get_to(c.ops);
-}
-inline void to_json(nlohmann::json& j, const rank_dump& d) {
-  j = {{"world_rank", d.world_rank}, {"world_size", d.world_size}, {"host", d.host},  {"pid", d.pid},
-       {"reason", d.reason},         {"taken_at", d.taken_at},     {"comms", d.comms}};
-}
-inline void from_json(const nlohmann::json& j, rank_dump& d) {
-  j.at("world_rank").get_to(d.world_rank);
-  j.at("world_size").get_to(d.world_size);
-  j.at("host").get_to(d.host);
-  j.at("pid").get_to(d.pid);
-  j.at("reason").get_to(d.reason);
-  j.at("taken_at").get_to(d.taken_at);
-  j.at("comms").get_to(d.comms);
-}
+// JSON of each: every field under its own name (a missing one is an error when read).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(op_record, ticket, seq, op, count, bytes, peer, tag, enqueued_ago, started_ago,
+                                   ended_ago)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(comm_history, name, id, members, rank, submitted, completed, collectives, ops)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(rank_dump, world_rank, world_size, host, pid, reason, taken_at, comms)
 
 // Reads one rank's dump from its JSON text; `where` (a file name) prefixes any error.
 inline rank_dump parse_rank_dump(const std::string& text, const std::string& where) {
