@@ -92,11 +92,11 @@ class progress_log {
       char line[320];
       std::snprintf(line, sizeof line,
                     "step %4ld/%ld  loss %.6f  lr %.3e  grad_norm %.4e  scale %g  %9.4g %s/s%s  mem %.0f MiB (rank "
-                    "%zu)  idle %.1f%%  ETA %s  %d threads%s",
+                    "%zu)  idle %.1f%%  ETA %s  %d thread%s%s",
                     s.step, total_steps, static_cast<double>(s.loss), static_cast<double>(s.lr), s.grad_norm,
                     static_cast<double>(s.loss_scale), rate, tokens ? "tokens" : "samples",
                     mfu > 0 ? cat("  MFU ", fixed1(100 * mfu), "%").c_str() : "", all[top * per] / mib, top, 100 * idle,
-                    detail::eta_text(eta).c_str(), s.host_threads,
+                    detail::eta_text(eta).c_str(), s.host_threads, s.host_threads == 1 ? "" : "s",
                     s.skipped ? "  [skipped: non-finite gradients]" : "");
       std::printf("%s\n", line);
       std::fflush(stdout);
