@@ -1,8 +1,8 @@
 // Consumer of the installed strata package: a 2-process all_reduce through the
 // umbrella header. Exits non-zero unless every rank sees the expected sum.
 #include <cstdio>
-#include <string>
 #include <strata/strata.hpp>
+#include <string>
 #include <vector>
 
 int main(int argc, char** argv) {

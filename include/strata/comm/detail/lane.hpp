@@ -326,9 +326,9 @@ class lane final : public request_source {
   // acquire of submitted_seen_ without m_).
   std::array<clock::rep, capacity> enqueued_at_{};
   std::array<std::uint64_t, capacity> seq_{};
-  std::uint64_t collectives_ = 0;  // guarded by m_
-  std::uint64_t submitted_ = 0;                     // guarded by m_
-  std::atomic<std::uint64_t> submitted_seen_{0};    // the same, readable by the lane without m_
+  std::uint64_t collectives_ = 0;                 // guarded by m_
+  std::uint64_t submitted_ = 0;                   // guarded by m_
+  std::atomic<std::uint64_t> submitted_seen_{0};  // the same, readable by the lane without m_
   std::atomic<std::uint64_t> started_{0};
   std::atomic<std::uint64_t> completed_{0};
   std::atomic<std::int64_t> timeout_ns_{0};
