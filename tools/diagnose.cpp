@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <strata/comm/hang_diagnosis.hpp>
+#include <strata/comm/op_history_json.hpp>
 
 namespace {
 

@@ -21,6 +21,7 @@
 #include "comm/grid.hpp"
 #include "comm/hang_diagnosis.hpp"
 #include "comm/op_history.hpp"
+#include "comm/op_history_json.hpp"
 #include "comm/self.hpp"
 #if STRATA_HAS_MPI
 #include "comm/mpi.hpp"

@@ -32,7 +32,7 @@ struct hang_diagnosis {
 namespace detail {
 
 // "rank 2", "ranks 0, 1", "ranks 0-3, 6"
-inline std::string rank_list(std::vector<int> r) {
+[[gnu::cold]] inline std::string rank_list(std::vector<int> r) {
   std::sort(r.begin(), r.end());
   r.erase(std::unique(r.begin(), r.end()), r.end());
   std::string s = r.size() == 1 ? "rank " : "ranks ";
@@ -46,13 +46,13 @@ inline std::string rank_list(std::vector<int> r) {
   return s;
 }
 
-inline std::string seconds_text(double s) {
+[[gnu::cold]] inline std::string seconds_text(double s) {
   char b[32];
   std::snprintf(b, sizeof b, "%.1f s", s);
   return b;
 }
 
-inline std::string op_text(const op_record& o, const comm_history& c) {
+[[gnu::cold]] inline std::string op_text(const op_record& o, const comm_history& c) {
   std::string d = o.seq ? cat(o.op, " #", o.seq) : o.op;
   if (o.op != "barrier" && o.op != "split" && o.op != "free") d += cat(" of ", o.count, " elements");
   auto world = [&](int peer) {
@@ -73,7 +73,7 @@ inline const op_record* find_collective(const comm_history& c, std::uint64_t seq
 
 // What a rank that did not reach a collective did last, on any communicator: what it
 // waits in now, or when its last operation ended.
-inline std::string last_activity(const rank_dump& d) {
+[[gnu::cold]] inline std::string last_activity(const rank_dump& d) {
   const op_record* latest = nullptr;
   const comm_history* where = nullptr;
   for (const auto& c : d.comms)
@@ -93,7 +93,7 @@ inline std::string last_activity(const rank_dump& d) {
 
 // `dumps` holds at most one dump per world rank; ranks of `world_size` without one are
 // reported as missing.
-inline hang_diagnosis diagnose_hang(std::span<const rank_dump> dumps, int world_size) {
+[[gnu::cold]] inline hang_diagnosis diagnose_hang(std::span<const rank_dump> dumps, int world_size) {
   using detail::rank_list;
   hang_diagnosis h;
   std::map<int, const rank_dump*> by_rank;

@@ -13,10 +13,9 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "../comm/reduce_op.hpp"
 #include "../core/error.hpp"
+#include "../core/json_text.hpp"
 #include "../core/trace.hpp"
 
 namespace strata {
@@ -43,29 +42,28 @@ inline std::string trace_json_of(int rank, std::vector<trace_event> events, std:
                    [](const auto& a, const auto& b) { return track_order(a) < track_order(b); });
   for (std::size_t i = 0; i < tracks.size(); ++i) tids[tracks[i]] = static_cast<int>(i) + 1;
   std::string out;
-  auto add = [&](const nlohmann::json& j) {
+  // A metadata ("M") event naming the process or a track.
+  auto meta = [&](const char* what, int tid, const char* key, const std::string& value_json) {
     if (!out.empty()) out += ",\n";
-    out += j.dump();
+    out += cat("{\"ph\":\"M\",\"name\":\"", what, "\",\"pid\":", rank);
+    if (tid > 0) out += cat(",\"tid\":", tid);
+    out += cat(",\"args\":{\"", key, "\":", value_json, "}}");
   };
-  add({{"ph", "M"}, {"name", "process_name"}, {"pid", rank}, {"args", {{"name", cat("rank ", rank)}}}});
-  add({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", rank}, {"args", {{"sort_index", rank}}}});
+  meta("process_name", 0, "name", json_string(cat("rank ", rank)));
+  meta("process_sort_index", 0, "sort_index", cat(rank));
   for (const auto& t : tracks) {
-    add({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", tids[t]}, {"args", {{"name", t}}}});
-    add({{"ph", "M"},
-         {"name", "thread_sort_index"},
-         {"pid", rank},
-         {"tid", tids[t]},
-         {"args", {{"sort_index", tids[t]}}}});
+    meta("thread_name", tids[t], "name", json_string(t));
+    meta("thread_sort_index", tids[t], "sort_index", cat(tids[t]));
   }
   std::sort(events.begin(), events.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
   char num[64];
   for (const auto& e : events) {
-    // Written by hand, not through nlohmann::json: a step holds hundreds of events.
+    // Written by hand, not through a JSON library: a step holds hundreds of events.
     if (!out.empty()) out += ",\n";
     out += "{\"ph\":\"X\",\"name\":";
-    out += nlohmann::json(e.name).dump();
+    append_json_string(out, e.name);
     out += ",\"cat\":";
-    out += nlohmann::json(e.track).dump();
+    append_json_string(out, e.track);
     std::snprintf(num, sizeof num, ",\"pid\":%d,\"tid\":%d", rank, tids[e.track]);
     out += num;
     std::snprintf(num, sizeof num, ",\"ts\":%.3f,\"dur\":%.3f", static_cast<double>(e.start_ns - origin_ns) / 1e3,

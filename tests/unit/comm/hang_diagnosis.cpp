@@ -1,6 +1,9 @@
 // diagnose_hang on hand-made dumps: what it concludes from each rank's last operations,
 // and the JSON form a dump file has.
+#include <array>
+
 #include <strata/comm/hang_diagnosis.hpp>
+#include <strata/comm/op_history_json.hpp>
 #include "catch.hpp"
 
 namespace {
@@ -113,4 +116,29 @@ TEST_CASE("a dump survives its JSON form; a file of something else is a config_e
   wrong.comms[0].rank = 0;  // lists rank 0 where this process (world rank 1) should be
   REQUIRE_THROWS_WITH(strata::parse_rank_dump(nlohmann::json(wrong).dump(), "w.json"),
                       Catch::Contains("does not list world rank 1"));
+}
+
+TEST_CASE("the byte form ranks send and the JSON files read back the same dump", "[diagnose]") {
+  auto d = dump_of(1, 2, {op(1, 1, "all_reduce", 8, true), op(2, 0, "recv", 3, false, 0)});
+  d.host = "node \"7\"";
+  d.comms[0].id = (std::uint64_t{3} << 32) | 5;  // beyond a double's 53 bits of integer
+  strata::rank_dump w;
+  REQUIRE(strata::from_wire(strata::to_wire(d), w));
+  const strata::rank_dump j = strata::parse_rank_dump(strata::to_json_text(d), "rank-1.json");
+  for (const strata::rank_dump* r : std::array<const strata::rank_dump*, 2>{&w, &j}) {
+    REQUIRE(r->host == d.host);
+    REQUIRE(r->comms.size() == 1);
+    REQUIRE(r->comms[0].id == d.comms[0].id);
+    REQUIRE(r->comms[0].members == d.comms[0].members);
+    REQUIRE(r->comms[0].ops.size() == 2);
+    REQUIRE(r->comms[0].ops[1].op == "recv");
+    REQUIRE(r->comms[0].ops[1].ended_ago == -1);
+    REQUIRE(r->comms[0].ops[0].ended_ago == 1.5);
+  }
+  // Cut short anywhere, the byte form is refused rather than read half.
+  const std::string bytes = strata::to_wire(d);
+  for (std::size_t n : {std::size_t{0}, std::size_t{5}, bytes.size() / 2, bytes.size() - 1}) {
+    strata::rank_dump cut;
+    REQUIRE_FALSE(strata::from_wire(std::string_view(bytes).substr(0, n), cut));
+  }
 }

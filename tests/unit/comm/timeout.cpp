@@ -21,6 +21,7 @@
 #include <strata/comm/detail/lane.hpp>
 #include <strata/comm/environment.hpp>
 #include <strata/comm/grid.hpp>
+#include <strata/comm/op_history_json.hpp>
 #include "catch.hpp"
 
 using namespace std::chrono_literals;

@@ -2,7 +2,8 @@
 // rank's recent operations (over its own duplicate of MPI_COMM_WORLD, so a rank stuck in
 // computation or in another collective still answers) and writes them on SIGUSR1; and what
 // a rank whose operation timed out does before it aborts the job: gathers every rank's
-// operations and says which rank(s) did not reach which operation.
+// operations and says which rank(s) did not reach which operation. Every program that
+// starts an environment compiles this, so it uses no JSON library (op_history.hpp).
 #pragma once
 #include <mpi.h>
 #include <signal.h>
@@ -86,7 +87,7 @@ class hang_watch {
     return w;
   }
 
-  rank_dump dump(std::string reason) const {
+  [[gnu::cold]] rank_dump dump(std::string reason) const {
     rank_dump d;
     d.world_rank = rank_;
     d.world_size = size_;
@@ -102,7 +103,7 @@ class hang_watch {
 
   // Prints `line`, gathers every rank's operations, prints which rank(s) the job waits
   // for (on the lowest waiting rank, so the diagnosis appears once), aborts the job.
-  [[noreturn]] void timed_out(const std::string& line, double timeout_s) {
+  [[noreturn, gnu::cold]] void timed_out(const std::string& line, double timeout_s) {
     std::fprintf(stderr, "%s\n", line.c_str());
     std::fflush(stderr);
     static std::atomic<bool> reporting{false};
@@ -130,11 +131,12 @@ class hang_watch {
       MPI_Get_count(&st, MPI_CHAR, &n);
       std::string text(static_cast<std::size_t>(std::max(n, 0)), '\0');
       MPI_Recv(text.data(), n, MPI_CHAR, st.MPI_SOURCE, tag_reply, comm_, MPI_STATUS_IGNORE);
-      try {
-        auto d = parse_rank_dump(text, cat("rank ", st.MPI_SOURCE, "'s answer"));
+      rank_dump d;
+      if (from_wire(text, d) && d.world_rank >= 0 && d.world_rank < size_) {
         if (have.insert(d.world_rank).second) dumps.push_back(std::move(d));
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "strata: rank %d: %s\n", rank_, e.what());
+      } else {
+        std::fprintf(stderr, "strata: rank %d: rank %d's answer is not a dump of its operations\n", rank_,
+                     st.MPI_SOURCE);
       }
     }
     const auto h = diagnose_hang(dumps, size_);
@@ -165,7 +167,7 @@ class hang_watch {
   }
 
   // DIR/rank-N.json, written whole or not at all (a rename); a failure is a warning only.
-  void write_file(const rank_dump& d) const {
+  [[gnu::cold]] void write_file(const rank_dump& d) const {
     namespace fs = std::filesystem;
     const fs::path dir = diagnose_dir();
     const fs::path path = dir / cat("rank-", rank_, ".json");
@@ -174,7 +176,7 @@ class hang_watch {
     fs::create_directories(dir, ec);
     {
       std::ofstream f(tmp, std::ios::trunc);
-      f << nlohmann::json(d).dump() << "\n";
+      f << to_json_text(d) << "\n";
       if (!f) ec = std::make_error_code(std::errc::io_error);
     }
     if (!ec) fs::rename(tmp, path, ec);
@@ -182,7 +184,7 @@ class hang_watch {
       std::fprintf(stderr, "strata: rank %d: could not write %s: %s\n", rank_, path.c_str(), ec.message().c_str());
   }
 
-  void loop() {
+  [[gnu::cold]] void loop() {
     int ask = 0;
     MPI_Request request = MPI_REQUEST_NULL;
     MPI_Irecv(&ask, 1, MPI_INT, MPI_ANY_SOURCE, tag_request, comm_, &request);
@@ -204,7 +206,7 @@ class hang_watch {
       if (request != MPI_REQUEST_NULL && MPI_Test(&request, &flag, &st) == MPI_SUCCESS && flag) {
         const auto d = dump(cat("asked by rank ", st.MPI_SOURCE));
         write_file(d);
-        auto text = std::make_unique<std::string>(nlohmann::json(d).dump());
+        auto text = std::make_unique<std::string>(to_wire(d));
         MPI_Request r = MPI_REQUEST_NULL;
         MPI_Isend(text->data(), static_cast<int>(text->size()), MPI_CHAR, st.MPI_SOURCE, tag_reply, comm_, &r);
         answers.emplace_back(std::move(text), r);

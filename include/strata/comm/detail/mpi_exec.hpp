@@ -131,7 +131,7 @@ class mpi_state final : public history_source {
 
   // With an environment's hang watch, every rank's last operations are gathered first and
   // the diagnosis names the rank(s) the job waits for.
-  [[noreturn]] void timed_out(const mpi_task& t, double seconds) {
+  [[noreturn, gnu::cold]] void timed_out(const mpi_task& t, double seconds) {
     const std::string line = cat("strata: rank ", world_rank_, ": ", name_of(t.k), " of ", t.count,
                                  " elements timed out after ", seconds, " s on ", name_);
     if (auto* w = hang_watch::active().load(std::memory_order_acquire)) w->timed_out(line, seconds);
@@ -143,15 +143,14 @@ class mpi_state final : public history_source {
 
   void traced(const mpi_task& t, std::uint64_t seq, std::int64_t start_ns, std::int64_t end_ns) {
     using k = mpi_task::kind;
-    std::string args =
-        cat("\"comm\":", nlohmann::json(name_).dump(), ",\"bytes\":", t.count * t.elem, ",\"count\":", t.count);
+    std::string args = cat("\"comm\":", json_string(name_), ",\"bytes\":", t.count * t.elem, ",\"count\":", t.count);
     if (seq) args += cat(",\"seq\":", seq);
     if (t.k == k::send || t.k == k::recv) args += cat(",\"peer\":", t.peer, ",\"tag\":", t.tag);
     trace_complete(cat("comm ", name_), seq ? cat(name_of(t.k), " #", seq) : std::string(name_of(t.k)), start_ns,
                    end_ns, std::move(args));
   }
 
-  comm_history history() override {
+  [[gnu::cold]] comm_history history() override {
     comm_history h;
     h.name = name_;
     h.id = id_;
@@ -211,7 +210,7 @@ class mpi_state final : public history_source {
   // Who the members are in world ranks, and an id every member agrees on (rank 0's world
   // rank and its own count), so that dumps from different ranks match up. Before the
   // lane runs anything, so this call on the communicator is ordered before all others.
-  void identify() {
+  [[gnu::cold]] void identify() {
     MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
     STRATA_CHECK_MPI(MPI_Comm_group(comm_, &group));
     STRATA_CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
