@@ -2,7 +2,8 @@
 # Installs strata to a temporary prefix, then configures, builds and runs (2 processes)
 # a consumer project that finds it with find_package(strata CONFIG REQUIRED); then the
 # same install moved to another prefix (relocated), and strata taken by add_subdirectory
-# and by FetchContent from the source tree (tests/package/subproject).
+# and by FetchContent from the source tree (tests/package/subproject), and the vcpkg
+# overlay port staged by packaging/vcpkg/stage.cmake (with its cuda feature where nvcc is).
 # usage: run.sh SOURCE_DIR WORK_DIR CMAKE MPIEXEC
 set -euo pipefail
 src=$1 work=$2 cmake=$3 mpiexec=$4
@@ -30,4 +31,8 @@ mv "$work/prefix" "$work/moved-prefix"
 sub relocated -DSTRATA_CONSUME=find_package -DCMAKE_PREFIX_PATH="$work/moved-prefix"
 sub subdirectory -DSTRATA_CONSUME=subdirectory -DSTRATA_SOURCE="$src" -DSTRATA_ENABLE_CUDA=OFF
 sub fetchcontent -DSTRATA_CONSUME=fetchcontent -DSTRATA_SOURCE="$src" -DSTRATA_ENABLE_CUDA=OFF
-echo "package: find_package, relocated, add_subdirectory and FetchContent consumers ran"
+features=mpi
+if command -v nvcc >/dev/null; then features="mpi;cuda"; fi
+"$cmake" -DSTAGE="$work/vcpkg" -DFEATURES="$features" -P "$src/packaging/vcpkg/stage.cmake"
+sub vcpkg -DSTRATA_CONSUME=find_package -DCMAKE_PREFIX_PATH="$work/vcpkg/installed/x64-linux"
+echo "package: find_package, relocated, add_subdirectory, FetchContent and vcpkg-port consumers ran"
