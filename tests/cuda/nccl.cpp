@@ -159,3 +159,31 @@ TEST_CASE("bad arguments are comm_errors that name the operation") {
   std::vector<float> host(10);
   CHECK(has(comm_error_of([&] { c.all_reduce(std::span<float>(host)); }), "is not device memory"));
 }
+
+// Two ranks: a host communicator of 2 whose all_gather hands back this rank's record
+// twice, as two processes on the same device would see it, or (other_gpu) with the
+// second record's last byte changed, as a process on another device would.
+struct two_ranks {
+  bool other_gpu = false;
+  int rank() const { return 0; }
+  int size() const { return 2; }
+  void all_gather(std::span<const std::uint8_t> in, std::span<std::uint8_t> out) {
+    std::copy(in.begin(), in.end(), out.begin());
+    std::copy(in.begin(), in.end(), out.begin() + static_cast<std::ptrdiff_t>(in.size()));
+    if (other_gpu) out.back() ^= 1;
+  }
+};
+
+TEST_CASE("two ranks on one GPU are a config_error naming both, before NCCL's init") {
+  two_ranks same;
+  std::string what;
+  try {
+    strata::detail::check_one_process_per_gpu(same, strata::current_device(), "world_nccl");
+  } catch (const strata::config_error& e) {
+    what = e.what();
+  }
+  CHECK(has(what, "nccl communicator world_nccl: ranks 0 and 1 both use the GPU at PCI "));
+  CHECK(has(what, "Start at most one process per GPU"));
+  two_ranks apart{.other_gpu = true};
+  CHECK_NOTHROW(strata::detail::check_one_process_per_gpu(apart, strata::current_device(), "world_nccl"));
+}

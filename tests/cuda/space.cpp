@@ -1,9 +1,11 @@
 // The CUDA spaces on a GPU: device and pinned buffers (zero-filled, counted, copied both
-// ways), streams and events (ordering, timing), device choice, and errors with file and line.
+// ways, and through the hang-free transfers), streams and events (ordering, timing),
+// device choice, and errors with file and line.
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
 #include <strata/space/cuda.hpp>
+#include <strata/space/cuda_transfer.hpp>
 #include <string>
 #include <vector>
 
@@ -120,4 +122,27 @@ TEST_CASE("errors carry the call, CUDA's text, and the file and line") {
     oom = e.what();
   }
   CHECK(has(oom, "cudaMalloc of 1125899906842624 bytes failed: cudaErrorMemoryAllocation"));
+}
+
+TEST_CASE("download and upload land the bytes, pageable or pinned, across staging chunks") {
+  strata::cuda_stream s;
+  // One byte past a staging chunk: the pageable path copies in two chunks.
+  const std::size_t bytes = strata::detail::staging_chunk + 1;
+  std::vector<std::uint8_t> pageable(bytes);
+  for (std::size_t i = 0; i < bytes; ++i) pageable[i] = static_cast<std::uint8_t>(i * 131 + 7);
+  strata::cuda_buffer<std::uint8_t> d(bytes);
+  CHECK_FALSE(strata::detail::is_pinned(pageable.data()));
+  strata::upload(s.get(), d.data(), pageable.data(), bytes);
+  std::vector<std::uint8_t> back(bytes);
+  strata::download(s.get(), back.data(), d.data(), bytes);
+  CHECK(back == pageable);
+
+  strata::pinned_buffer<std::uint8_t> pinned(bytes);
+  CHECK(strata::detail::is_pinned(pinned.data()));
+  strata::download(s.get(), pinned.data(), d.data(), bytes);
+  CHECK(std::equal(pinned.begin(), pinned.end(), pageable.begin()));
+  for (auto& x : pinned) x = static_cast<std::uint8_t>(~x);
+  strata::upload(s.get(), d.data(), pinned.data(), bytes);
+  strata::download(s.get(), back.data(), d.data(), bytes);
+  CHECK(std::equal(pinned.begin(), pinned.end(), back.begin()));
 }

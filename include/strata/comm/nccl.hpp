@@ -14,6 +14,9 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
+
+#include <unistd.h>  // gethostname
 
 #include "../core/error.hpp"
 #include "../space/cuda.hpp"
@@ -26,6 +29,38 @@
 #include "request.hpp"
 
 namespace strata {
+
+namespace detail {
+
+// NCCL needs one GPU per process; two ranks on the same device fail inside its init
+// with "duplicate GPU". Each rank's node and PCI address are gathered (collective) so
+// that every rank throws the same config_error, naming both ranks, before that.
+template <class HostComm>
+void check_one_process_per_gpu(HostComm& host, int device, const std::string& name) {
+  if (host.size() == 1) return;
+  constexpr std::size_t node_bytes = 64, bus_bytes = 32;
+  std::array<std::uint8_t, node_bytes + bus_bytes> mine{};
+  char node[node_bytes] = {};
+  gethostname(node, node_bytes - 1);
+  std::memcpy(mine.data(), node, node_bytes);
+  STRATA_CHECK_CUDA(cudaDeviceGetPCIBusId(reinterpret_cast<char*>(mine.data() + node_bytes), bus_bytes - 1, device));
+  std::vector<std::uint8_t> all(mine.size() * static_cast<std::size_t>(host.size()));
+  host.all_gather(std::span<const std::uint8_t>(mine), std::span<std::uint8_t>(all));
+  const auto text = [&](int r, std::size_t at, std::size_t n) {
+    const char* p = reinterpret_cast<const char*>(all.data() + static_cast<std::size_t>(r) * mine.size() + at);
+    return std::string(p, strnlen(p, n));
+  };
+  for (int a = 0; a < host.size(); ++a)
+    for (int b = a + 1; b < host.size(); ++b)
+      if (std::memcmp(all.data() + a * mine.size(), all.data() + b * mine.size(), mine.size()) == 0)
+        throw config_error(strata::cat(
+            "nccl communicator ", name, ": ranks ", a, " and ", b, " both use the GPU at PCI ",
+            text(a, node_bytes, bus_bytes), " on node ", text(a, 0, node_bytes), ", and NCCL needs one GPU per process ",
+            "(this process sees ", cuda_device_count(), " device(s)). Start at most one process per GPU on each "
+            "node, or give each process its own device through CUDA_VISIBLE_DEVICES"));
+}
+
+}  // namespace detail
 
 struct nccl_options {
   // The stream that produces and consumes the buffers: every operation waits for the
@@ -53,6 +88,7 @@ class nccl_comm {
   requires(!std::same_as<HostComm, nccl_comm>) && communicator<HostComm>
   explicit nccl_comm(HostComm& host, nccl_options opt = {}) {
     const int device = opt.device >= 0 ? opt.device : current_device();
+    detail::check_one_process_per_gpu(host, device, opt.name);
     std::array<std::uint8_t, sizeof(ncclUniqueId)> id{};
     if (host.rank() == 0) {
       ncclUniqueId u;

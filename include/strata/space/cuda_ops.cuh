@@ -13,6 +13,7 @@
 #include "../core/error.hpp"
 #include "../core/shape.hpp"
 #include "cuda.hpp"
+#include "cuda_transfer.hpp"
 #include "detail/cublas_check.hpp"
 #include "ops.hpp"
 #include "tensor.hpp"
@@ -283,14 +284,11 @@ struct ops<cuda> {
       detail::check_ops_launch();
     }
     unsigned long long found = 0;
-    STRATA_CHECK_CUDA(cudaMemcpyAsync(&found, first, sizeof found, cudaMemcpyDeviceToHost, exec.stream));
-    wait_stream(exec.stream);
+    strata::download(exec.stream, &found, first, sizeof found);
     id_check check;
     if (found < static_cast<unsigned long long>(n)) [[unlikely]] {
       check.index = static_cast<std::int64_t>(found);
-      STRATA_CHECK_CUDA(
-          cudaMemcpyAsync(&check.value, values + check.index, sizeof check.value, cudaMemcpyDeviceToHost, exec.stream));
-      wait_stream(exec.stream);
+      strata::download(exec.stream, &check.value, values + check.index, sizeof check.value);
     }
     return check;
   }

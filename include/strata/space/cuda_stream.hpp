@@ -124,11 +124,11 @@ namespace detail {
 // What may keep a stream from finishing that the stream cannot tell: a collective whose
 // peer failed or never came. Each NCCL communicator registers a check here while it
 // lives; the check throws (after aborting its communicator, which releases the kernels
-// stuck on it) when NCCL reports an error, or when it still has work pending after
-// `waited` exceeds its time-out.
+// stuck on it) when NCCL reports an error, or when an operation has been runnable for
+// longer than its time-out.
 class stream_watch {
  public:
-  using check = std::function<void(std::chrono::duration<double> waited)>;
+  using check = std::function<void()>;
   static stream_watch& get() {
     static stream_watch w;
     return w;
@@ -142,13 +142,13 @@ class stream_watch {
     std::lock_guard lock(m_);
     std::erase_if(checks_, [id](const auto& e) { return e.first == id; });
   }
-  void run(std::chrono::duration<double> waited) {
+  void run() {
     std::vector<check> now;
     {
       std::lock_guard lock(m_);
       for (auto& e : checks_) now.push_back(e.second);
     }
-    for (auto& c : now) c(waited);
+    for (auto& c : now) c();
   }
 
  private:
@@ -169,7 +169,7 @@ inline void wait_stream(cudaStream_t s) {
     const cudaError_t e = cudaStreamQuery(s);
     if (e == cudaSuccess) return;
     if (e != cudaErrorNotReady) STRATA_CHECK_CUDA(e);
-    detail::stream_watch::get().run(std::chrono::steady_clock::now() - start);
+    detail::stream_watch::get().run();
     // Spin briefly (most waits are short), then back off to at most a millisecond.
     if (pause.count() == 0)
       std::this_thread::yield();

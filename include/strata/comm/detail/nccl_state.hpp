@@ -32,16 +32,14 @@ class nccl_state final : public request_source {
         timeout_(timeout),
         guard_(device),
         stream_(),
-        ready_(),
         word_(1) {
     STRATA_CHECK_NCCL(ncclCommUserRank(comm_, &rank_));
     STRATA_CHECK_NCCL(ncclCommCount(comm_, &size_));
     // A host blocked on a stream that waits for this communicator learns of its failure.
-    watch_ = stream_watch::get().add([this](std::chrono::duration<double> waited) {
+    watch_ = stream_watch::get().add([this] {
       if (comm_aborted_) return;
       check_async("a queued operation");
-      if (last_ != 0 && !ring_[last_ % ring].done.done() && waited > timeout_)
-        abort_after_timeout(ring_[last_ % ring].op);
+      check_timeout();
     });
   }
   nccl_state(const nccl_state&) = delete;
@@ -84,10 +82,12 @@ class nccl_state final : public request_source {
   }
   int* barrier_word() noexcept { return word_.data(); }
 
-  // Orders the communication stream after the work queued on the compute stream so far.
+  // Orders the communication stream after the work queued on the compute stream so far
+  // (recorded in the next operation's slot, whose time-out starts when that work is done).
   void begin() {
-    ready_.record(compute_);
-    stream_.wait(ready_);
+    slot& s = ring_[(last_ + 1) % ring];
+    s.ready.record(compute_);
+    stream_.wait(s.ready);
   }
   // Marks the end of operation `op` on the communication stream; returns its ticket.
   std::uint64_t finish(const char* op) {
@@ -96,6 +96,8 @@ class nccl_state final : public request_source {
     s.done.record(stream_);
     s.ticket = t;
     s.op = op;
+    s.runnable = {};
+    s.note_runnable(std::chrono::steady_clock::now());
     return t;
   }
 
@@ -117,11 +119,10 @@ class nccl_state final : public request_source {
   void synchronize() {
     if (last_ == 0) return;
     const slot& s = ring_[last_ % ring];
-    const auto start = std::chrono::steady_clock::now();
     auto pause = std::chrono::microseconds(1);
     while (!s.done.done()) {
       check_async(s.op);
-      if (std::chrono::steady_clock::now() - start > timeout_) abort_after_timeout(s.op);
+      check_timeout();
       std::this_thread::sleep_for(pause);
       if (pause < std::chrono::microseconds(1000)) pause *= 2;
     }
@@ -150,6 +151,21 @@ class nccl_state final : public request_source {
   }
 
  private:
+  // Aborts past the time-out of the oldest unfinished operation, counted from when it
+  // could run: its enqueue, or, where the compute stream still had work before it then,
+  // the first poll that found that work done. Waiting on a long computation, or a host
+  // that polls late, never times a healthy collective out.
+  void check_timeout() {
+    const auto now = std::chrono::steady_clock::now();
+    oldest_ = std::max(oldest_, last_ >= ring ? last_ - ring + 1 : 1);
+    while (oldest_ <= last_ && ring_[oldest_ % ring].done.done()) ++oldest_;
+    if (oldest_ > last_) return;
+    slot& s = ring_[oldest_ % ring];
+    s.note_runnable(now);
+    if (s.runnable != std::chrono::steady_clock::time_point{} && now - s.runnable > timeout_)
+      abort_after_timeout(s.op);
+  }
+
   [[noreturn]] void abort_after_timeout(const char* op) {
     failed_ = true;
     (void)ncclCommAbort(comm_);
@@ -161,9 +177,13 @@ class nccl_state final : public request_source {
   }
 
   struct slot {
-    cuda_event done;
+    cuda_event ready, done;  // the compute stream's work before it; its own end
     std::uint64_t ticket = 0;
     const char* op = "";
+    std::chrono::steady_clock::time_point runnable{};  // when ready was first seen done; {}: not yet
+    void note_runnable(std::chrono::steady_clock::time_point now) {
+      if (runnable == std::chrono::steady_clock::time_point{} && ready.done()) runnable = now;
+    }
   };
   struct scoped_device {
     explicit scoped_device(int d) { STRATA_CHECK_CUDA(cudaSetDevice(d)); }
@@ -176,11 +196,11 @@ class nccl_state final : public request_source {
   std::chrono::duration<double> timeout_;
   scoped_device guard_;  // makes the device current before the stream and events below are made
   cuda_stream stream_;
-  cuda_event ready_;
   std::array<slot, ring> ring_;
   buffer<int, cuda> word_;
   int rank_ = 0, size_ = 1;
   std::uint64_t last_ = 0;
+  std::uint64_t oldest_ = 1;  // no operation before it is unfinished
   bool failed_ = false, comm_aborted_ = false;
   std::uint64_t watch_ = 0;
 };

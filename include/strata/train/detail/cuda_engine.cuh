@@ -13,6 +13,7 @@
 
 #include "../../comm/nccl.hpp"
 #include "../../kernels/cuda_driver.cuh"
+#include "../../space/cuda_transfer.hpp"
 #include "../../kernels/cuda_reduce.cuh"
 #include "../../optim/cuda_optim.cuh"
 #include "../../space/cuda.hpp"
@@ -143,14 +144,13 @@ class engine<cuda> {
     step_runs_cuda(opt, a, table_, lr, grad_scale, step, stream());
   }
 
-  // Host <-> device; both return when the data has landed.
+  // Host <-> device after the stream's work; both return when the data has landed, and
+  // neither hangs on a failed peer's collective (space/cuda_transfer.hpp).
   void download(float* host_dst, const float* src, std::size_t n) {
-    if (n) cuda::copy_async(host_dst, src, n * sizeof(float), stream());
-    synchronize();
+    strata::download(stream(), host_dst, src, n * sizeof(float));
   }
   void upload(float* dst, const float* host_src, std::size_t n) {
-    if (n) cuda::copy_async(dst, host_src, n * sizeof(float), stream());
-    synchronize();
+    strata::upload(stream(), dst, host_src, n * sizeof(float));
   }
   // Queued only: host_src must be pinned and stay unchanged until the stream passes it.
   void upload_async(float* dst, const float* host_src, std::size_t n) {
