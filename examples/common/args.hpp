@@ -33,6 +33,8 @@ inline constexpr const char* common_usage =
     "  --save DIR [--save-every N]  --load DIR  --export FILE.safetensors  --init FILE.safetensors\n"
     "  --report FILE.json  --metrics FILE.jsonl  --log-every N  --peak-flops F (MFU; default: measured)\n"
     "  --trace FILE.json (Chrome trace: every rank's layers, collectives, optimizer, data, saves)\n"
+    "  --mlflow URI [--experiment NAME] [--run-name NAME] (an MLflow tracking server, http://host:port;\n"
+    "     default $MLFLOW_TRACKING_URI, $MLFLOW_EXPERIMENT_NAME)\n"
     "  --quiet  --device cpu|cuda  --help\n";
 
 // What main does with the outcome of its body: --help prints the usage (exit 0); an error

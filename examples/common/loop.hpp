@@ -1,9 +1,11 @@
 // The training loop both examples share: the common options (steps, global batch, seed,
-// checkpoints, safetensors in and out, report), resuming, periodic saves, progress lines
-// and the JSON report with the keys every example writes.
+// checkpoints, safetensors in and out, report), resuming, periodic saves, progress lines,
+// an MLflow run, and the JSON report with the keys every example writes.
 #pragma once
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -13,6 +15,9 @@
 #include <strata/io/export.hpp>
 #include <strata/observe/flops.hpp>
 #include <strata/observe/gpu_peaks.hpp>
+#if STRATA_HAS_MLFLOW
+#include <strata/observe/mlflow.hpp>
+#endif
 #include <strata/observe/progress.hpp>
 #include <strata/observe/resident.hpp>
 #include <strata/observe/trace_file.hpp>
@@ -34,6 +39,10 @@ struct loop_options {
   std::string metrics;           // JSON Lines of every step
   std::string trace;             // Chrome trace JSON of the run
   double peak_flops = 0;         // one process's peak, for MFU (0: measured on the host)
+  // MLflow: the tracking server (default $MLFLOW_TRACKING_URI), the experiment (default
+  // $MLFLOW_EXPERIMENT_NAME, else "strata"), the run's name; config: --config's file,
+  // whose keys become the run's ds_config.* params.
+  std::string mlflow, experiment, run_name, config;
 
   // Reads the common options with this program's defaults.
   void read(args& a, long default_steps, long default_batch) {
@@ -51,6 +60,20 @@ struct loop_options {
     metrics = a.str("metrics", "");
     trace = a.str("trace", "");
     peak_flops = a.real("peak-flops", 0.0);
+    const auto env_or = [](const char* name, const char* def) {
+      const char* v = std::getenv(name);
+      return std::string(v && *v ? v : def);
+    };
+    mlflow = a.str("mlflow", env_or("MLFLOW_TRACKING_URI", ""));
+    experiment = a.str("experiment", env_or("MLFLOW_EXPERIMENT_NAME", "strata"));
+    run_name = a.str("run-name", "");
+    config = a.str("config", "");
+#if !STRATA_HAS_MLFLOW
+    if (a.has("mlflow"))
+      throw strata::config_error("--mlflow: this build has no MLflow client (libcurl was not found when it was built)");
+#endif
+    if (mlflow.empty() && (a.has("experiment") || a.has("run-name")))
+      throw usage_error("--experiment and --run-name name an MLflow run: give --mlflow URI too");
   }
   void validate(int dp, int micro_batches) const {
     strata::expects<strata::config_error>(steps >= 0, [&] { return strata::cat("--steps ", steps, " is negative"); });
@@ -134,7 +157,37 @@ struct loop_result {
   double idle_seconds = 0, step_seconds = 0;
   std::size_t params = 0;
   std::string hash;
+#if STRATA_HAS_MLFLOW
+  // Rank 0's MLflow run, open until the result goes: FINISHED then, or FAILED if an
+  // exception unwinds it.
+  std::unique_ptr<strata::mlflow_run> mlflow;
+#endif
 };
+
+// Logs a file or directory the program wrote after the loop (qwen2's export) into the
+// run's artifacts under `dir`; nothing without an MLflow run.
+inline void log_artifacts([[maybe_unused]] const loop_result& r, [[maybe_unused]] const std::string& path,
+                          [[maybe_unused]] const std::string& dir) {
+#if STRATA_HAS_MLFLOW
+  if (r.mlflow) r.mlflow->log_artifacts(path, dir);
+#endif
+}
+
+#if STRATA_HAS_MLFLOW
+// Rank 0's run in the tracking server, its params the metrics header and the config
+// file's keys; nullptr without --mlflow or off rank 0.
+inline std::unique_ptr<strata::mlflow_run> open_mlflow(const loop_options& o, int world_rank,
+                                                       const nlohmann::json& header) {
+  if (o.mlflow.empty() || world_rank != 0) return nullptr;
+  nlohmann::json params = header;
+  if (!o.config.empty()) {
+    std::ifstream in(o.config);
+    params["ds_config"] = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  }
+  return std::make_unique<strata::mlflow_run>(
+      strata::mlflow_options{.uri = o.mlflow, .experiment = o.experiment, .run_name = o.run_name}, params);
+}
+#endif
 
 // Trains from step 0 (or the loaded checkpoint's step) to o.steps. fill(step, batch)
 // produces this rank's rows of that step: the data position is the step, so a resumed
@@ -152,9 +205,14 @@ loop_result train_loop(
   po.flops_per_sample = flops_per_sample;
   po.peak_flops = peak_flops_of(tr, o);
   po.metrics_path = o.metrics;
-  strata::progress_log progress(tr.grid_ref().world(), po, run_header(tr, o));
-  strata::trace_session trace(tr.grid_ref().world(), o.trace);
+  const nlohmann::json header = run_header(tr, o);
   loop_result r;
+#if STRATA_HAS_MLFLOW
+  r.mlflow = open_mlflow(o, world_rank, header);
+  if (r.mlflow) po.on_step = [&r](const nlohmann::json& record, long step) { r.mlflow->log_metrics(record, step); };
+#endif
+  strata::progress_log progress(tr.grid_ref().world(), po, header);
+  strata::trace_session trace(tr.grid_ref().world(), o.trace);
   strata::batch<> b;
   long first = 0;
   if (!o.init_path.empty()) strata::import_safetensors(tr, o.init_path);
@@ -180,7 +238,10 @@ loop_result train_loop(
     after_step(s + 1);
   }
   if (!o.quiet) progress.summary();
-  if (!o.export_path.empty()) strata::export_safetensors(tr, o.export_path);
+  if (!o.export_path.empty()) {
+    strata::export_safetensors(tr, o.export_path);
+    log_artifacts(r, o.export_path, "model");
+  }
   r.hash = strata::hex64(strata::weights_hash_of(tr, &r.params));
   const std::size_t events = trace.finish();
   if (world_rank == 0 && !o.trace.empty() && !o.quiet)

@@ -40,6 +40,8 @@ const char* const usage =
     "  --report FILE.json (losses, val_losses, tokens_per_s, memory, weights_hash)\n"
     "  --metrics FILE.jsonl (one line a step, every rank's memory)  --log-every N  --peak-flops F\n"
     "  --trace FILE.json (Chrome trace: every rank's layers, collectives, optimizer, data, saves)\n"
+    "  --mlflow URI [--experiment NAME] [--run-name NAME]  an MLflow tracking server (http://host:port;\n"
+    "                         default $MLFLOW_TRACKING_URI): params, every step's metrics, the export\n"
     "  --plan [--world N]     print each rank's memory for the layout and ZeRO 0-3, and exit\n"
     "  --help\n";
 

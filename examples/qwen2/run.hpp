@@ -133,6 +133,7 @@ int run(const run_args& a) {
     if (rank == 0) {
       copy_tokenizer_files(o.tokenizer_dir.empty() ? o.model_dir : o.tokenizer_dir, o.hf_export);
       std::printf("exported a Hugging Face directory to %s (%s)\n", o.hf_export.c_str(), o.export_dtype.c_str());
+      examples::log_artifacts(r, o.hf_export, "model");
     }
   }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -25,6 +26,8 @@ struct progress_options {
   double flops_per_sample = 0;   // model FLOPs of one sample, forward and backward (observe/flops.hpp)
   double peak_flops = 0;         // one process's peak FLOP/s: MFU's denominator (0: no MFU)
   std::string metrics_path;      // JSON Lines, written by world rank 0 ("": none)
+  // Rank 0 hands it each step's record, the metrics file's line (an MLflow run, say).
+  std::function<void(const nlohmann::json& record, long step)> on_step;
 };
 
 namespace detail {
@@ -101,7 +104,7 @@ class progress_log {
       std::printf("%s\n", line);
       std::fflush(stdout);
     }
-    if (metrics_) {
+    if (metrics_ || o_.on_step) {
       nlohmann::json j = {{"step", s.step},
                           {"loss", s.loss},
                           {"lr", s.lr},
@@ -119,7 +122,8 @@ class progress_log {
                       {"memory_bytes", all[r * per + 1]},
                       {"idle_seconds", all[r * per + 2]}});
       j["ranks"] = rs;
-      metrics_ << j.dump() << "\n" << std::flush;
+      if (metrics_) metrics_ << j.dump() << "\n" << std::flush;
+      if (o_.on_step) o_.on_step(j, s.step);
     }
   }
 

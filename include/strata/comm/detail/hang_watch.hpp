@@ -29,6 +29,7 @@
 #include "../../core/error.hpp"
 #include "../hang_diagnosis.hpp"
 #include "../mpi_types.hpp"
+#include "abort_hooks.hpp"
 #include "comm_registry.hpp"
 
 namespace strata::detail {
@@ -160,11 +161,6 @@ class hang_watch {
 
  private:
   static constexpr int tag_request = 1, tag_reply = 2;
-
-  [[noreturn]] static void abort_job() {
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    std::abort();
-  }
 
   // DIR/rank-N.json, written whole or not at all (a rename); a failure is a warning only.
   [[gnu::cold]] void write_file(const rank_dump& d) const {

@@ -137,8 +137,7 @@ class mpi_state final : public history_source {
     if (auto* w = hang_watch::active().load(std::memory_order_acquire)) w->timed_out(line, seconds);
     std::fprintf(stderr, "%s\n", line.c_str());
     std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    std::abort();
+    abort_job();
   }
 
   void traced(const mpi_task& t, std::uint64_t seq, std::int64_t start_ns, std::int64_t end_ns) {
