@@ -53,11 +53,12 @@ void check_one_process_per_gpu(HostComm& host, int device, const std::string& na
   for (int a = 0; a < host.size(); ++a)
     for (int b = a + 1; b < host.size(); ++b)
       if (std::memcmp(all.data() + a * mine.size(), all.data() + b * mine.size(), mine.size()) == 0)
-        throw config_error(strata::cat(
-            "nccl communicator ", name, ": ranks ", a, " and ", b, " both use the GPU at PCI ",
-            text(a, node_bytes, bus_bytes), " on node ", text(a, 0, node_bytes), ", and NCCL needs one GPU per process ",
-            "(this process sees ", cuda_device_count(), " device(s)). Start at most one process per GPU on each "
-            "node, or give each process its own device through CUDA_VISIBLE_DEVICES"));
+        throw config_error(strata::cat("nccl communicator ", name, ": ranks ", a, " and ", b,
+                                       " both use the GPU at PCI ", text(a, node_bytes, bus_bytes), " on node ",
+                                       text(a, 0, node_bytes), ", and NCCL needs one GPU per process ",
+                                       "(this process sees ", cuda_device_count(),
+                                       " device(s)). Start at most one process per GPU on each "
+                                       "node, or give each process its own device through CUDA_VISIBLE_DEVICES"));
 }
 
 }  // namespace detail

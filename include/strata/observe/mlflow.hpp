@@ -44,7 +44,8 @@ inline void flatten_json(const nlohmann::json& j, const std::string& prefix,
   const auto key = [&](const std::string& k) { return prefix.empty() ? k : prefix + "." + k; };
   if (j.is_object()) {
     for (auto it = j.begin(); it != j.end(); ++it)
-      if (!(skip && it.key() == skip && !it.value().is_structured())) flatten_json(it.value(), key(it.key()), out, skip);
+      if (!(skip && it.key() == skip && !it.value().is_structured()))
+        flatten_json(it.value(), key(it.key()), out, skip);
   } else if (j.is_array()) {
     for (std::size_t i = 0; i < j.size(); ++i) flatten_json(j[i], key(std::to_string(i)), out, skip);
   } else {
@@ -61,7 +62,7 @@ inline long long epoch_ms() {
 class http_client {
  public:
   struct response {
-    long status = 0;    // HTTP status; 0: no answer (error says why)
+    long status = 0;  // HTTP status; 0: no answer (error says why)
     std::string body, error;
     bool ok() const { return status >= 200 && status < 300; }
   };
@@ -268,7 +269,8 @@ class mlflow_run {
     }
     for (const auto& [path, rel] : files) {
       const std::string to = artifact_dir.empty() ? rel : artifact_dir + "/" + rel;
-      const auto r = http_->put_file(o_.uri + "/api/2.0/mlflow-artifacts/artifacts" + root + "/" + escape_path(to), path);
+      const auto r =
+          http_->put_file(o_.uri + "/api/2.0/mlflow-artifacts/artifacts" + root + "/" + escape_path(to), path);
       if (!answered(r, "artifact " + to)) return;
     }
   }
@@ -301,8 +303,8 @@ class mlflow_run {
             "GET", o_.uri + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=" + escape_query(o_.experiment),
             "");
       const nlohmann::json m = parse(made.body);
-      experiment_id_ = m.contains("experiment") ? m["experiment"].value("experiment_id", "")
-                                                : m.value("experiment_id", "");
+      experiment_id_ =
+          m.contains("experiment") ? m["experiment"].value("experiment_id", "") : m.value("experiment_id", "");
     }
     if (experiment_id_.empty()) {
       std::fprintf(stderr, "strata: warning: MLflow at %s: experiment '%s' neither found nor created (HTTP %ld: %s)\n",

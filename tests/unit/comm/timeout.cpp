@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include <strata/comm/detail/abort_hooks.hpp>
 #include <strata/comm/detail/lane.hpp>
 #include <strata/comm/environment.hpp>
 #include <strata/comm/grid.hpp>
@@ -138,6 +139,8 @@ TEST_CASE("a hang names its rank: one rank of 4 that sleeps before a collective"
   REQUIRE(o.output.find("rank 2: its last operation, all_reduce #2 of 7 elements on world, ended") !=
           std::string::npos);
   REQUIRE(o.output.find("strata: rank 1: diagnosis") == std::string::npos);
+  // Rank 0 ended the job, and ran its abort hooks first.
+  REQUIRE(std::filesystem::exists(dir + "/abort-hook-0"));
   // Every rank wrote its operations; scripts/diagnose reads them to the same conclusion.
   for (int r = 0; r < 4; ++r) REQUIRE(std::filesystem::exists(dir + "/rank-" + std::to_string(r) + ".json"));
   const auto d = diagnose(dir);
@@ -190,6 +193,9 @@ TEST_CASE("timeout child: world all_reduce", "[.]") {
 TEST_CASE("timeout child: rank 2 late", "[.]") {
   strata::environment env;
   auto& w = env.world();
+  // What a program registers to run before the abort (an MLflow run marks itself FAILED).
+  const std::string mark = std::string(std::getenv("STRATA_DIAGNOSE_DIR")) + "/abort-hook-" + std::to_string(w.rank());
+  strata::detail::add_abort_hook([mark] { std::ofstream(mark) << "ran\n"; });
   std::vector<float> x(7);
   w.all_reduce(std::span(x));
   w.all_reduce(std::span(x));

@@ -162,8 +162,7 @@ class nccl_state final : public request_source {
     if (oldest_ > last_) return;
     slot& s = ring_[oldest_ % ring];
     s.note_runnable(now);
-    if (s.runnable != std::chrono::steady_clock::time_point{} && now - s.runnable > timeout_)
-      abort_after_timeout(s.op);
+    if (s.runnable != std::chrono::steady_clock::time_point{} && now - s.runnable > timeout_) abort_after_timeout(s.op);
   }
 
   [[noreturn]] void abort_after_timeout(const char* op) {

@@ -13,11 +13,11 @@
 
 #include "../../comm/nccl.hpp"
 #include "../../kernels/cuda_driver.cuh"
-#include "../../space/cuda_transfer.hpp"
 #include "../../kernels/cuda_reduce.cuh"
 #include "../../optim/cuda_optim.cuh"
 #include "../../space/cuda.hpp"
 #include "../../space/cuda_stream.hpp"
+#include "../../space/cuda_transfer.hpp"
 #include "../../space/detail/cublas_check.hpp"
 #include "engine.hpp"
 
