@@ -37,42 +37,39 @@ inline std::byte* staging(std::size_t bytes) {
   return b.data();
 }
 
+// A copy between device memory and host memory (`to_host`: dst is the host's) after
+// the work queued on `s`, returning when the bytes have landed.
+inline void copy_through_pinned(cudaStream_t s, void* dst, const void* src, std::size_t bytes, bool to_host) {
+  if (bytes == 0) return;
+  if (is_pinned(to_host ? dst : src)) {
+    cuda::copy_async(dst, src, bytes, s);
+    wait_stream(s);
+    return;
+  }
+  auto* d = static_cast<std::byte*>(dst);
+  const auto* from = static_cast<const std::byte*>(src);
+  for (std::size_t at = 0; at < bytes; at += staging_chunk) {
+    const std::size_t n = std::min(staging_chunk, bytes - at);
+    std::byte* stage = staging(n);
+    if (!to_host) std::memcpy(stage, from + at, n);
+    cuda::copy_async(to_host ? stage : d + at, to_host ? from + at : stage, n, s);
+    wait_stream(s);
+    if (to_host) std::memcpy(d + at, stage, n);
+  }
+}
+
 }  // namespace detail
 
 // Copies `bytes` from device memory to host memory after the work queued on `s`, and
 // returns when they have landed.
 inline void download(cudaStream_t s, void* host_dst, const void* dev_src, std::size_t bytes) {
-  if (bytes == 0) return;
-  if (detail::is_pinned(host_dst)) {
-    cuda::copy_async(host_dst, dev_src, bytes, s);
-    wait_stream(s);
-    return;
-  }
-  for (std::size_t at = 0; at < bytes; at += detail::staging_chunk) {
-    const std::size_t n = std::min(detail::staging_chunk, bytes - at);
-    std::byte* stage = detail::staging(n);
-    cuda::copy_async(stage, static_cast<const std::byte*>(dev_src) + at, n, s);
-    wait_stream(s);
-    std::memcpy(static_cast<std::byte*>(host_dst) + at, stage, n);
-  }
+  detail::copy_through_pinned(s, host_dst, dev_src, bytes, true);
 }
 
 // Copies `bytes` from host memory to device memory after the work queued on `s`, and
 // returns when they have landed (the host memory may be changed after).
 inline void upload(cudaStream_t s, void* dev_dst, const void* host_src, std::size_t bytes) {
-  if (bytes == 0) return;
-  if (detail::is_pinned(host_src)) {
-    cuda::copy_async(dev_dst, host_src, bytes, s);
-    wait_stream(s);
-    return;
-  }
-  for (std::size_t at = 0; at < bytes; at += detail::staging_chunk) {
-    const std::size_t n = std::min(detail::staging_chunk, bytes - at);
-    std::byte* stage = detail::staging(n);
-    std::memcpy(stage, static_cast<const std::byte*>(host_src) + at, n);
-    cuda::copy_async(static_cast<std::byte*>(dev_dst) + at, stage, n, s);
-    wait_stream(s);
-  }
+  detail::copy_through_pinned(s, dev_dst, host_src, bytes, false);
 }
 
 }  // namespace strata
