@@ -80,6 +80,14 @@ inline config_choice apply_config(args& a, const char* program, int rank, int wo
   c.cfg = strata::load_config(path, autos);
   if (auto w = strata::unknown_keys_warning(*c.cfg); !w.empty() && rank == 0)
     std::fprintf(stderr, "%s: warning: %s\n", program, w.c_str());
+#if STRATA_EXAMPLE_CUDA_BINARY
+  strata::expects<strata::config_error>(!c.cfg->offload_param, [&] {
+    return path + ": zero_optimization.offload_param.device \"cpu\": parameter offload is not built for the GPU "
+                  "yet; use \"none\" (offload_optimizer offloads the optimizer state)";
+  });
+#else
+  if (auto n = strata::offload_param_note(*c.cfg); !n.empty() && rank == 0) std::printf("%s: %s\n", program, n.c_str());
+#endif
   const int t = c.cfg->tensor_parallel_size, p = c.cfg->pipeline_parallel_size;
   if (!tp || !pp)
     strata::expects<strata::config_error>(t == 1 && p == 1, [&] {

@@ -165,6 +165,7 @@ TEST_CASE("defaults: DeepSpeed's where it has them") {
   run_config c = parse_config(R"({"train_batch_size": 8})");
   CHECK(c.zero_stage == 0);
   CHECK_FALSE(c.offload_optimizer);
+  CHECK_FALSE(c.offload_param);
   CHECK(c.reduce_bucket_size == strata::default_bucket_elems);
   CHECK(c.stage3_prefetch_bucket_size == 50'000'000);
   CHECK(c.stage3_param_persistence_threshold == 100'000);
@@ -190,6 +191,19 @@ TEST_CASE("defaults: DeepSpeed's where it has them") {
   CHECK(parse_config(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})").overlap_comm);
   // null reads as absent, as DeepSpeed's Python does.
   CHECK(parse_config(R"({"train_batch_size": 8, "gradient_clipping": null})").gradient_clipping == 0.0f);
+}
+
+TEST_CASE("ZeRO-3 offload_param to the CPU: accepted, with one line for the host space") {
+  const run_config c = parse_config(
+      R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})");
+  CHECK(c.offload_param);
+  CHECK(strata::offload_param_note(c) ==
+        "config: zero_optimization.offload_param.device \"cpu\": on the host, parameters already live in host memory "
+        "(nothing more to offload)");
+  const run_config none = parse_config(
+      R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "none"}}})");
+  CHECK_FALSE(none.offload_param);
+  CHECK(strata::offload_param_note(none).empty());
 }
 
 TEST_CASE("\"auto\" without the program's values: batch sizes derived, bucket sizes defaulted, the rest refused") {
@@ -558,8 +572,11 @@ TEST_CASE("malformed configs: each fails with its exact message") {
       {"bad_offload_device.json",
        "config: zero_optimization.offload_optimizer.device must be one of \"cpu\", \"none\", got \"nvme\""},
       {"bad_offload_param.json",
-       "config: zero_optimization.offload_param.device is \"cpu\": strata offloads the optimizer state "
-       "(offload_optimizer), not parameters; use \"none\""},
+       "config: zero_optimization.offload_param.device is \"nvme\": strata keeps offloaded state in host memory "
+       "(\"cpu\"), not on NVMe"},
+      {"bad_offload_param_stage.json",
+       "config: zero_optimization.offload_param.device \"cpu\" needs zero_optimization.stage 3, as in DeepSpeed (got "
+       "2)"},
       {"bad_offload_stage0.json",
        "config: zero_optimization.offload_optimizer.device \"cpu\" needs zero_optimization.stage 1, 2 or 3 (got 0)"},
       {"bad_optimizer_no_type.json",
