@@ -82,8 +82,9 @@ inline config_choice apply_config(args& a, const char* program, int rank, int wo
     std::fprintf(stderr, "%s: warning: %s\n", program, w.c_str());
 #if STRATA_EXAMPLE_CUDA_BINARY
   strata::expects<strata::config_error>(!c.cfg->offload_param, [&] {
-    return path + ": zero_optimization.offload_param.device \"cpu\": parameter offload is not built for the GPU "
-                  "yet; use \"none\" (offload_optimizer offloads the optimizer state)";
+    return path +
+           ": zero_optimization.offload_param.device \"cpu\": parameter offload is not built for the GPU "
+           "yet; use \"none\" (offload_optimizer offloads the optimizer state)";
   });
 #else
   if (auto n = strata::offload_param_note(*c.cfg); !n.empty() && rank == 0) std::printf("%s: %s\n", program, n.c_str());

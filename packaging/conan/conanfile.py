@@ -37,7 +37,7 @@ class StrataConan(ConanFile):
         return os.path.join(self.recipe_folder, "..", "..")
 
     def set_version(self):
-        text = load(self, os.path.join(self._root(), "include", "strata", "version.hpp"))
+        text = load(self, os.path.join(self._root(), "include", "strata", "core", "version.hpp"))
         self.version = re.search(r'#define STRATA_VERSION_STRING "([^"]+)"', text).group(1)
 
     def export_sources(self):

@@ -17,10 +17,11 @@ rm -rf "$work" && mkdir -p "$work"
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 uri=http://127.0.0.1:$port
-"$env_dir/bin/mlflow" server --host 127.0.0.1 --port "$port" --workers 1 \
+# Its own process group: the server starts workers, and the trap ends them all.
+setsid "$env_dir/bin/mlflow" server --host 127.0.0.1 --port "$port" --workers 1 \
   --backend-store-uri "sqlite:///$work/mlflow.db" --artifacts-destination "$work/artifacts" >"$work/server.log" 2>&1 &
 server=$!
-trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
+trap 'kill -- -$server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 for i in $(seq 1 240); do
   python3 -c "import urllib.request, sys; urllib.request.urlopen(sys.argv[1] + '/health', timeout=2)" "$uri" \
     2>/dev/null && break

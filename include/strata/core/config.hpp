@@ -28,6 +28,4 @@
 #define STRATA_HAS_CUDA 0
 #endif
 
-#define STRATA_VERSION_MAJOR 0
-#define STRATA_VERSION_MINOR 1
-#define STRATA_VERSION_PATCH 0
+#include "version.hpp"

@@ -181,7 +181,8 @@ inline void read_zero(json_reader& root, run_config& c) {
   if (c.offload_optimizer && c.zero_stage == 0)
     z.fail("offload_optimizer.device", "\"cpu\" needs zero_optimization.stage 1, 2 or 3 (got 0)");
   if (c.offload_param && c.zero_stage != 3)
-    z.fail("offload_param.device", cat("\"cpu\" needs zero_optimization.stage 3, as in DeepSpeed (got ", c.zero_stage, ")"));
+    z.fail("offload_param.device",
+           cat("\"cpu\" needs zero_optimization.stage 3, as in DeepSpeed (got ", c.zero_stage, ")"));
 }
 
 inline void read_precision(json_reader& root, run_config& c) {

@@ -25,7 +25,7 @@
 
 #include "../comm/detail/abort_hooks.hpp"
 #include "../core/error.hpp"
-#include "../version.hpp"
+#include "../core/version.hpp"
 
 namespace strata {
 

@@ -194,8 +194,8 @@ TEST_CASE("defaults: DeepSpeed's where it has them") {
 }
 
 TEST_CASE("ZeRO-3 offload_param to the CPU: accepted, with one line for the host space") {
-  const run_config c = parse_config(
-      R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})");
+  const run_config c =
+      parse_config(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})");
   CHECK(c.offload_param);
   CHECK(strata::offload_param_note(c) ==
         "config: zero_optimization.offload_param.device \"cpu\": on the host, parameters already live in host memory "

@@ -1,0 +1,130 @@
+// bench/train: training speed of the gpt example's model on the host, at three sizes:
+// tokens/s, achieved GFLOP/s (model FLOPs: 6 per param per token plus attention's,
+// observe/flops.hpp) and the share of the step spent in GEMMs. One process, fp32, AdamW,
+// the threads of OMP_NUM_THREADS. bench/peers/torch_train.py trains the same models in
+// PyTorch for the ratio (the README shows both).
+//   bench/train [--sizes S,M,L] [--steps N (5)] [--warmup W (2)]
+// Sizes (dim/layers/heads/seq/vocab, global batch x micro-batches):
+//   S  128/2/4/64/256,    32 x 2
+//   M  256/4/8/128/512,   16 x 2   (issue #13's configuration: 3,454,464 params)
+//   L  512/6/8/256/1024,   8 x 2
+#include <cblas.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+#include <strata/strata.hpp>
+#include <string>
+#include <vector>
+
+#include "../examples/common/args.hpp"
+#include "../examples/common/loop.hpp"
+#include "../examples/gpt/model.hpp"
+
+// Every GEMM strata runs goes through cblas_sgemm: this definition in the executable
+// takes the calls, times them and hands them to the BLAS's own (dlsym RTLD_NEXT).
+namespace {
+std::atomic<long long> gemm_ns{0};
+using sgemm_fn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint, blasint, blasint, float, const float*,
+                          blasint, const float*, blasint, float, float*, blasint);
+}  // namespace
+
+extern "C" void cblas_sgemm(const CBLAS_ORDER order, const CBLAS_TRANSPOSE ta, const CBLAS_TRANSPOSE tb,
+                            const blasint m, const blasint n, const blasint k, const float alpha, const float* a,
+                            const blasint lda, const float* b, const blasint ldb, const float beta, float* c,
+                            const blasint ldc) {
+  static const auto real = reinterpret_cast<sgemm_fn>(dlsym(RTLD_NEXT, "cblas_sgemm"));
+  if (!real) {
+    std::fprintf(stderr, "bench/train: the BLAS's cblas_sgemm was not found (dlsym RTLD_NEXT)\n");
+    std::abort();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  real(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  gemm_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+}
+
+namespace {
+
+const char* usage =
+    "usage: bench/train [--sizes S,M,L] [--steps N] [--warmup W]\n"
+    "  Trains the gpt example's model (one process, fp32, AdamW) at each size and prints tokens/s,\n"
+    "  achieved GFLOP/s and the share of step time in GEMMs (medians over N steps after W warm-up steps).\n"
+    "  sizes (dim/layers/heads/seq/vocab, batch x micro-batches): S 128/2/4/64/256 32x2,\n"
+    "  M 256/4/8/128/512 16x2, L 512/6/8/256/1024 8x2. Threads: OMP_NUM_THREADS.\n";
+
+struct size_spec {
+  const char* name;
+  gpt::config cfg;
+  long batch;
+  int micro_batches;
+};
+
+const size_spec sizes[] = {
+    {"S", {.vocab = 256, .seq = 64, .dim = 128, .heads = 4, .layers = 2}, 32, 2},
+    {"M", {.vocab = 512, .seq = 128, .dim = 256, .heads = 8, .layers = 4}, 16, 2},
+    {"L", {.vocab = 1024, .seq = 256, .dim = 512, .heads = 8, .layers = 6}, 8, 2},
+};
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+void run(strata::environment& env, const size_spec& z, long steps, long warmup) {
+  strata::grid g(env.world());
+  strata::trainer_options opts;
+  opts.micro_batches = z.micro_batches;
+  opts.schedule = strata::lr_schedule::constant(1e-3);
+  strata::trainer<gpt::model, strata::host, strata::zero<0>, strata::adamw, strata::fp32> tr(g, gpt::make_model(z.cfg),
+                                                                                             opts);
+  gpt::synthetic_tokens data(z.cfg, 5);
+  strata::batch<> b;
+  std::vector<double> seconds, gemm_share;
+  for (long s = 0; s < warmup + steps; ++s) {
+    data.fill(static_cast<std::uint64_t>(s * z.batch), z.batch, b);
+    const long long before = gemm_ns.load();
+    const double t = tr.step(b).seconds;
+    if (s < warmup) continue;
+    seconds.push_back(t);
+    gemm_share.push_back(static_cast<double>(gemm_ns.load() - before) * 1e-9 / t);
+  }
+  const double params = examples::full_param_count(tr);
+  const double tokens = static_cast<double>(z.batch) * z.cfg.seq;
+  const double flops_per_token = strata::train_flops_per_token(params, z.cfg.layers, z.cfg.dim, z.cfg.seq);
+  const double t = median(seconds);
+  std::printf("%-4s %4d %6d %5d %5d %5d %10.0f %7ld %9.1f %10.0f %9.2f %8.1f\n", z.name, z.cfg.dim, z.cfg.layers,
+              z.cfg.heads, z.cfg.seq, z.cfg.vocab, params, z.batch, t * 1e3, tokens / t,
+              flops_per_token * tokens / t * 1e-9, 100 * median(gemm_share));
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return examples::run_main("bench/train", usage, 0, argc, argv, [&]() -> int {
+    examples::args a(argc, argv, {});
+    const std::string which = a.str("sizes", "S,M,L");
+    const long steps = a.integer("steps", 5), warmup = a.integer("warmup", 2);
+    a.check_all_used();
+    strata::expects<strata::config_error>(steps >= 1 && warmup >= 0, "--steps must be >= 1 and --warmup >= 0");
+    std::vector<const size_spec*> chosen;
+    std::stringstream ss(which);
+    for (std::string n; std::getline(ss, n, ',');) {
+      const auto it = std::find_if(std::begin(sizes), std::end(sizes), [&](const size_spec& z) { return n == z.name; });
+      if (it == std::end(sizes)) throw examples::usage_error("--sizes: '" + n + "' is not one of S, M, L");
+      chosen.push_back(&*it);
+    }
+    strata::environment env(argc, argv);
+    strata::expects<strata::config_error>(env.size() == 1, "bench/train runs as one process");
+    std::printf("# bench/train: gpt on the host, fp32, AdamW, %d thread%s (%s), median of %ld steps after %ld\n",
+                strata::host_threads().threads, strata::host_threads().threads == 1 ? "" : "s",
+                strata::host_threads().blas.c_str(), steps, warmup);
+    std::printf("%-4s %4s %6s %5s %5s %5s %10s %7s %9s %10s %9s %8s\n", "size", "dim", "layers", "heads", "seq",
+                "vocab", "params", "batch", "step ms", "tokens/s", "GFLOP/s", "GEMM %");
+    for (const auto* z : chosen) run(env, *z, steps, warmup);
+    return 0;
+  });
+}
