@@ -1,7 +1,8 @@
 // bench/train: training speed of the gpt example's model on the host, at three sizes:
 // tokens/s, achieved GFLOP/s (model FLOPs: 6 per param per token plus attention's,
 // observe/flops.hpp) and the share of the step spent in GEMMs. One process, fp32, AdamW,
-// the threads of OMP_NUM_THREADS. bench/peers/torch_train.py trains the same models in
+// the threads of OMP_NUM_THREADS, OpenBLAS's kernels fitted to the CPU (OPENBLAS_CORETYPE,
+// as the examples set it; space/host_threads.hpp). bench/peers/torch_train.py trains the same models in
 // PyTorch for the ratio (the README shows both).
 //   bench/train [--sizes S,M,L] [--steps N (5)] [--warmup W (2)]
 // Sizes (dim/layers/heads/seq/vocab, global batch x micro-batches):
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "../examples/common/args.hpp"
+#include "../examples/common/device.hpp"
 #include "../examples/common/loop.hpp"
 #include "../examples/gpt/model.hpp"
 
@@ -78,8 +80,8 @@ void run(strata::environment& env, const size_spec& z, long steps, long warmup) 
   strata::trainer_options opts;
   opts.micro_batches = z.micro_batches;
   opts.schedule = strata::lr_schedule::constant(1e-3);
-  strata::trainer<gpt::model, strata::host, strata::zero<0>, strata::adamw, strata::fp32> tr(g, gpt::make_model(z.cfg),
-                                                                                             opts);
+  strata::trainer<gpt::model, strata::host, strata::replicated, strata::adamw, strata::fp32> tr(
+      g, gpt::make_model(z.cfg), opts);
   gpt::synthetic_tokens data(z.cfg, 5);
   strata::batch<> b;
   std::vector<double> seconds, gemm_share;
@@ -104,6 +106,7 @@ void run(strata::environment& env, const size_spec& z, long steps, long warmup) 
 }  // namespace
 
 int main(int argc, char** argv) {
+  examples::use_fitting_blas_kernels(argv);  // as the examples run
   return examples::run_main("bench/train", usage, 0, argc, argv, [&]() -> int {
     examples::args a(argc, argv, {});
     const std::string which = a.str("sizes", "S,M,L");

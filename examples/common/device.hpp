@@ -21,6 +21,7 @@
 
 #include <strata/core/error.hpp>
 #include <strata/space/host.hpp>
+#include <strata/space/host_threads.hpp>
 
 #include "args.hpp"
 
@@ -40,9 +41,22 @@ inline std::filesystem::path device_binary() {
   return self.parent_path() / (self.filename().string() + "-cuda");
 }
 
-// First thing in main, before strata::environment: X given `--device cuda` execs X-cuda
-// with the same arguments. Where X-cuda is not built, X goes on and run_on says so.
+// Restarts this executable with OPENBLAS_CORETYPE set where OpenBLAS chose generic
+// kernels for a CPU it does not know (space/host_threads.hpp): the same process (pid,
+// arguments), before MPI starts, so launchers see nothing change.
+inline void use_fitting_blas_kernels(char** argv) {
+  const std::string core = strata::blas_kernel_advice();
+  if (core.empty()) return;
+  setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  execv("/proc/self/exe", argv);  // on failure, go on with the generic kernels (host_threads warns)
+  unsetenv("OPENBLAS_CORETYPE");
+}
+
+// First thing in main, before strata::environment: the BLAS's kernels fitted to the CPU
+// (above), then X given `--device cuda` execs X-cuda with the same arguments. Where
+// X-cuda is not built, X goes on and run_on says so.
 inline void become_device_binary(int argc, char** argv) {
+  use_fitting_blas_kernels(argv);
   if constexpr (!cuda_binary) {
     bool cuda = false;
     for (int i = 1; i + 1 < argc; ++i)
