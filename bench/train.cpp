@@ -1,14 +1,12 @@
-// bench/train: training speed of the gpt example's model on the host, at three sizes:
+// bench/train: training speed of the gpt example's model and of Qwen2 on the host, at three sizes each:
 // tokens/s, achieved GFLOP/s (model FLOPs: 6 per param per token plus attention's,
 // observe/flops.hpp) and the share of the step spent in GEMMs. One process, fp32, AdamW,
 // the threads of OMP_NUM_THREADS, OpenBLAS's kernels fitted to the CPU (OPENBLAS_CORETYPE,
 // as the examples set it; space/host_threads.hpp). bench/peers/torch_train.py trains the same models in
 // PyTorch for the ratio (the README shows both).
-//   bench/train [--sizes S,M,L] [--steps N (5)] [--warmup W (2)]
-// Sizes (dim/layers/heads/seq/vocab, global batch x micro-batches):
-//   S  128/2/4/64/256,    32 x 2
-//   M  256/4/8/128/512,   16 x 2   (issue #13's configuration: 3,454,464 params)
-//   L  512/6/8/256/1024,   8 x 2
+//   bench/train [--models gpt,qwen2] [--sizes S,M,L] [--steps N (5)] [--warmup W (2)]
+// The sizes are in the usage below; gpt's M is issue #13's configuration (3,454,464
+// params), qwen2's S the demo's model. A tied head counts once in the FLOPs.
 #include <cblas.h>
 #include <dlfcn.h>
 
@@ -51,23 +49,31 @@ extern "C" void cblas_sgemm(const CBLAS_ORDER order, const CBLAS_TRANSPOSE ta, c
 namespace {
 
 const char* usage =
-    "usage: bench/train [--sizes S,M,L] [--steps N] [--warmup W]\n"
-    "  Trains the gpt example's model (one process, fp32, AdamW) at each size and prints tokens/s,\n"
-    "  achieved GFLOP/s and the share of step time in GEMMs (medians over N steps after W warm-up steps).\n"
-    "  sizes (dim/layers/heads/seq/vocab, batch x micro-batches): S 128/2/4/64/256 32x2,\n"
-    "  M 256/4/8/128/512 16x2, L 512/6/8/256/1024 8x2. Threads: OMP_NUM_THREADS.\n";
+    "usage: bench/train [--models gpt,qwen2] [--sizes S,M,L] [--steps N] [--warmup W]\n"
+    "  Trains each model (one process, fp32, AdamW) at each size and prints tokens/s, achieved\n"
+    "  GFLOP/s and the share of step time in GEMMs (medians over N steps after W warm-up steps).\n"
+    "  gpt (dim/layers/heads/seq/vocab, batch x micro-batches): S 128/2/4/64/256 32x2,\n"
+    "    M 256/4/8/128/512 16x2, L 512/6/8/256/1024 8x2.\n"
+    "  qwen2 (hidden/intermediate/layers/heads/kv heads/seq/vocab, tied embeddings): S the demo's\n"
+    "    128/352/4/8/2/64/258 32x2, M 256/704/4/8/2/128/512 16x2, L 512/1408/6/8/2/256/1024 8x2.\n"
+    "  Threads: OMP_NUM_THREADS.\n";
 
 struct size_spec {
   const char* name;
-  gpt::config cfg;
+  int dim, ffn, layers, heads, kv_heads, seq, vocab;
   long batch;
   int micro_batches;
 };
 
-const size_spec sizes[] = {
-    {"S", {.vocab = 256, .seq = 64, .dim = 128, .heads = 4, .layers = 2}, 32, 2},
-    {"M", {.vocab = 512, .seq = 128, .dim = 256, .heads = 8, .layers = 4}, 16, 2},
-    {"L", {.vocab = 1024, .seq = 256, .dim = 512, .heads = 8, .layers = 6}, 8, 2},
+const size_spec gpt_sizes[] = {
+    {"S", 128, 512, 2, 4, 4, 64, 256, 32, 2},
+    {"M", 256, 1024, 4, 8, 8, 128, 512, 16, 2},
+    {"L", 512, 2048, 6, 8, 8, 256, 1024, 8, 2},
+};
+const size_spec qwen2_sizes[] = {
+    {"S", 128, 352, 4, 8, 2, 64, 258, 32, 2},
+    {"M", 256, 704, 4, 8, 2, 128, 512, 16, 2},
+    {"L", 512, 1408, 6, 8, 2, 256, 1024, 8, 2},
 };
 
 double median(std::vector<double> v) {
@@ -75,14 +81,10 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-void run(strata::environment& env, const size_spec& z, long steps, long warmup) {
-  strata::grid g(env.world());
-  strata::trainer_options opts;
-  opts.micro_batches = z.micro_batches;
-  opts.schedule = strata::lr_schedule::constant(1e-3);
-  strata::trainer<gpt::model, strata::host, strata::replicated, strata::adamw, strata::fp32> tr(
-      g, gpt::make_model(z.cfg), opts);
-  gpt::synthetic_tokens data(z.cfg, 5);
+// One row of the table: `tied` params (a tied head) are counted once in the FLOPs.
+template <class Trainer>
+void measure(const char* model, const size_spec& z, Trainer& tr, double tied, long steps, long warmup) {
+  gpt::synthetic_tokens data(gpt::config{.vocab = z.vocab, .seq = z.seq}, 5);
   strata::batch<> b;
   std::vector<double> seconds, gemm_share;
   for (long s = 0; s < warmup + steps; ++s) {
@@ -93,14 +95,58 @@ void run(strata::environment& env, const size_spec& z, long steps, long warmup) 
     seconds.push_back(t);
     gemm_share.push_back(static_cast<double>(gemm_ns.load() - before) * 1e-9 / t);
   }
-  const double params = examples::full_param_count(tr);
-  const double tokens = static_cast<double>(z.batch) * z.cfg.seq;
-  const double flops_per_token = strata::train_flops_per_token(params, z.cfg.layers, z.cfg.dim, z.cfg.seq);
+  const double params = examples::full_param_count(tr) - tied;
+  const double tokens = static_cast<double>(z.batch) * z.seq;
+  const double flops_per_token = strata::train_flops_per_token(params, z.layers, z.dim, z.seq);
   const double t = median(seconds);
-  std::printf("%-4s %4d %6d %5d %5d %5d %10.0f %7ld %9.1f %10.0f %9.2f %8.1f\n", z.name, z.cfg.dim, z.cfg.layers,
-              z.cfg.heads, z.cfg.seq, z.cfg.vocab, params, z.batch, t * 1e3, tokens / t,
-              flops_per_token * tokens / t * 1e-9, 100 * median(gemm_share));
+  std::printf("%-6s %-4s %4d %6d %5d %5d %5d %10.0f %7ld %9.1f %10.0f %9.2f %8.1f\n", model, z.name, z.dim, z.layers,
+              z.heads, z.seq, z.vocab, params, z.batch, t * 1e3, tokens / t, flops_per_token * tokens / t * 1e-9,
+              100 * median(gemm_share));
   std::fflush(stdout);
+}
+
+strata::trainer_options options_for(const size_spec& z) {
+  strata::trainer_options opts;
+  opts.micro_batches = z.micro_batches;
+  opts.schedule = strata::lr_schedule::constant(1e-3);
+  return opts;
+}
+
+void run_gpt(strata::environment& env, const size_spec& z, long steps, long warmup) {
+  strata::grid g(env.world());
+  const gpt::config cfg{.vocab = z.vocab, .seq = z.seq, .dim = z.dim, .heads = z.heads, .layers = z.layers};
+  strata::trainer<gpt::model, strata::host, strata::replicated, strata::adamw, strata::fp32> tr(g, gpt::make_model(cfg),
+                                                                                                options_for(z));
+  measure("gpt", z, tr, 0, steps, warmup);
+}
+
+void run_qwen2(strata::environment& env, const size_spec& z, long steps, long warmup) {
+  strata::grid g(env.world());
+  strata::models::qwen2_config cfg;
+  cfg.vocab_size = z.vocab;
+  cfg.hidden_size = z.dim;
+  cfg.intermediate_size = z.ffn;
+  cfg.num_hidden_layers = z.layers;
+  cfg.num_attention_heads = z.heads;
+  cfg.num_key_value_heads = z.kv_heads;
+  cfg.max_position_embeddings = 2 * z.seq;
+  cfg.tie_word_embeddings = true;
+  strata::trainer<strata::models::qwen2, strata::host, strata::replicated, strata::adamw, strata::fp32> tr(
+      g, strata::models::make_qwen2(cfg), options_for(z));
+  measure("qwen2", z, tr, static_cast<double>(z.vocab) * z.dim, steps, warmup);
+}
+
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  for (std::string n; std::getline(ss, n, ',');) out.push_back(n);
+  return out;
+}
+
+const size_spec& size_named(const size_spec (&sizes)[3], const std::string& n) {
+  for (const auto& z : sizes)
+    if (n == z.name) return z;
+  throw examples::usage_error("--sizes: '" + n + "' is not one of S, M, L");
 }
 
 }  // namespace
@@ -109,25 +155,26 @@ int main(int argc, char** argv) {
   examples::use_fitting_blas_kernels(argv);  // as the examples run
   return examples::run_main("bench/train", usage, 0, argc, argv, [&]() -> int {
     examples::args a(argc, argv, {});
-    const std::string which = a.str("sizes", "S,M,L");
+    const auto models = split(a.str("models", "gpt,qwen2"));
+    const auto names = split(a.str("sizes", "S,M,L"));
     const long steps = a.integer("steps", 5), warmup = a.integer("warmup", 2);
     a.check_all_used();
     strata::expects<strata::config_error>(steps >= 1 && warmup >= 0, "--steps must be >= 1 and --warmup >= 0");
-    std::vector<const size_spec*> chosen;
-    std::stringstream ss(which);
-    for (std::string n; std::getline(ss, n, ',');) {
-      const auto it = std::find_if(std::begin(sizes), std::end(sizes), [&](const size_spec& z) { return n == z.name; });
-      if (it == std::end(sizes)) throw examples::usage_error("--sizes: '" + n + "' is not one of S, M, L");
-      chosen.push_back(&*it);
-    }
+    for (const auto& m : models)
+      if (m != "gpt" && m != "qwen2") throw examples::usage_error("--models: '" + m + "' is not one of gpt, qwen2");
+    for (const auto& n : names) (void)size_named(gpt_sizes, n);
     strata::environment env(argc, argv);
     strata::expects<strata::config_error>(env.size() == 1, "bench/train runs as one process");
-    std::printf("# bench/train: gpt on the host, fp32, AdamW, %d thread%s (%s), median of %ld steps after %ld\n",
+    std::printf("# bench/train: on the host, fp32, AdamW, %d thread%s (%s), median of %ld steps after %ld\n",
                 strata::host_threads().threads, strata::host_threads().threads == 1 ? "" : "s",
                 strata::host_threads().blas.c_str(), steps, warmup);
-    std::printf("%-4s %4s %6s %5s %5s %5s %10s %7s %9s %10s %9s %8s\n", "size", "dim", "layers", "heads", "seq",
-                "vocab", "params", "batch", "step ms", "tokens/s", "GFLOP/s", "GEMM %");
-    for (const auto* z : chosen) run(env, *z, steps, warmup);
+    std::printf("%-6s %-4s %4s %6s %5s %5s %5s %10s %7s %9s %10s %9s %8s\n", "model", "size", "dim", "layers", "heads",
+                "seq", "vocab", "params", "batch", "step ms", "tokens/s", "GFLOP/s", "GEMM %");
+    for (const auto& m : models)
+      for (const auto& n : names) {
+        if (m == "gpt") run_gpt(env, size_named(gpt_sizes, n), steps, warmup);
+        if (m == "qwen2") run_qwen2(env, size_named(qwen2_sizes, n), steps, warmup);
+      }
     return 0;
   });
 }
