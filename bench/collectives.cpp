@@ -28,12 +28,20 @@ struct options {
   int iters = 20, warmup = 3;
 };
 
+[[noreturn]] void usage(const std::string& why) {
+  strata_bench::exit_usage(why == "help" ? why : "collectives: " + why,
+                           "usage: mpiexec -n N collectives [--device cpu] [--min-bytes N] [--max-bytes N] [--iters N] "
+                           "[--warmup N]\n       collectives --device cuda [--min-bytes N] [--max-bytes N] [--iters N] "
+                           "[--warmup N]\n");
+}
+
 options parse(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--help" || a == "-h") usage("help");
     auto next = [&]() -> const char* {
-      if (i + 1 >= argc) throw strata::config_error("bench/collectives: " + a + " needs a value");
+      if (i + 1 >= argc) usage(a + " needs a value");
       return argv[++i];
     };
     if (a == "--min-bytes")
@@ -45,11 +53,10 @@ options parse(int argc, char** argv) {
     else if (a == "--warmup")
       o.warmup = std::atoi(next());
     else
-      throw strata::config_error("bench/collectives: unknown option " + a +
-                                 " (options: --device cpu|cuda --min-bytes N --max-bytes N --iters N --warmup N)");
+      usage("unknown option " + a);
   }
   if (o.min_bytes < 4 || o.max_bytes < o.min_bytes || o.iters < 1 || o.warmup < 0)
-    throw strata::config_error("bench/collectives: need 4 <= min-bytes <= max-bytes, iters >= 1, warmup >= 0");
+    usage("need 4 <= min-bytes <= max-bytes, iters >= 1, warmup >= 0");
   return o;
 }
 
@@ -63,8 +70,8 @@ double bus_factor(op o, int n) { return o == op::all_reduce ? 2.0 * (n - 1) / n 
 using strata_bench::median;
 
 int run_host(int argc, char** argv) {
+  const options opt = parse(argc, argv);  // before MPI: a usage exit leaves no MPI job behind
   strata::environment env(argc, argv);
-  const options opt = parse(argc, argv);
   auto& world = env.world();
   const int p = world.size(), me = world.rank();
 

@@ -40,11 +40,9 @@ struct options {
 };
 
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "collectives --device cuda: %s\nusage: collectives --device cuda [--min-bytes N] [--max-bytes N] "
-               "[--iters N] [--warmup N]\n",
-               why.c_str());
-  std::exit(2);
+  strata_bench::exit_usage(
+      why == "help" ? why : "collectives --device cuda: " + why,
+      "usage: collectives --device cuda [--min-bytes N] [--max-bytes N] [--iters N] [--warmup N]\n");
 }
 
 options parse(int argc, char** argv) {

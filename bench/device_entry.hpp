@@ -71,6 +71,17 @@ inline device_kind take_device(const char* prog, int& argc, char** argv) {
   std::exit(2);
 }
 
+// A benchmark's usage: for "help" on stdout with exit 0 (--help), else the reason and
+// the usage on stderr with exit 2 (a bad option), as every program answers.
+[[noreturn]] inline void exit_usage(const std::string& why, const char* text) {
+  if (why == "help") {
+    std::fputs(text, stdout);
+    std::exit(0);
+  }
+  std::fprintf(stderr, "%s\n%s", why.c_str(), text);
+  std::exit(2);
+}
+
 // One `--name N` option of a benchmark (N a non-negative integer), and the loop that
 // reads them: --help, a missing or bad value, or an unknown name calls usage (which exits).
 struct int_option {

@@ -46,12 +46,9 @@ struct options {
 };
 
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "optimizer: %s\nusage: optimizer [--device cpu] [--min-log2 N] [--max-log2 N] [--reps N] "
-               "[--threads 1,2]\n       optimizer --device cuda [--min-log2 N] [--max-log2 N] [--iters N] "
-               "[--warmup N]\n",
-               why.c_str());
-  std::exit(2);
+  strata_bench::exit_usage(why == "help" ? why : "optimizer: " + why,
+                           "usage: optimizer [--device cpu] [--min-log2 N] [--max-log2 N] [--reps N] [--threads 1,2]\n"
+                           "       optimizer --device cuda [--min-log2 N] [--max-log2 N] [--iters N] [--warmup N]\n");
 }
 
 int to_int(const char* flag, const char* s) {

@@ -32,11 +32,8 @@ struct options {
 };
 
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "optimizer --device cuda: %s\nusage: optimizer --device cuda [--min-log2 N] [--max-log2 N] [--iters N] "
-               "[--warmup N]\n",
-               why.c_str());
-  std::exit(2);
+  strata_bench::exit_usage(why == "help" ? why : "optimizer --device cuda: " + why,
+                           "usage: optimizer --device cuda [--min-log2 N] [--max-log2 N] [--iters N] [--warmup N]\n");
 }
 
 options parse(int argc, char** argv) {

@@ -45,47 +45,54 @@ measurement measure(strata::grid<strata::world_comm>& g, const gpt::config& cfg,
 
 }  // namespace
 
+const char* const usage =
+    "usage: mpiexec -n 4 bench/pipeline [--dim D --seq S --layers L --vocab V --steps N --rows R]\n"
+    "  The measured pipeline bubble next to the ideal (p-1)/(m+p-1) for p = 2, 4 and m = 1..16, and the\n"
+    "  peak activation memory per stage under gpipe and 1F1B.\n";
+
 int main(int argc, char** argv) {
   strata::environment env(argc, argv);
-  examples::args a(argc, argv, {});
-  gpt::config cfg;
-  cfg.dim = static_cast<int>(a.integer("dim", 96));
-  cfg.seq = static_cast<int>(a.integer("seq", 32));
-  cfg.heads = 4;
-  cfg.layers = static_cast<int>(a.integer("layers", 6));
-  cfg.vocab = static_cast<int>(a.integer("vocab", 256));
-  const long steps = a.integer("steps", 6), rows = a.integer("rows", 8);
-  a.check_all_used();
-  auto& w = env.world();
-  if (w.rank() == 0)
-    std::printf(
-        "# bench/pipeline: gpt %d layers, dim %d, seq %d, %ld sequences per micro-batch, median of %ld steps\n"
-        "# measured = mean over stages of (time waiting for neighbours / step time); ideal = (p-1)/(m+p-1)\n",
-        cfg.layers, cfg.dim, cfg.seq, rows, steps - 1);
-  for (int p : {2, 4}) {
-    if (p > w.size()) break;
-    strata::world_comm sub = w.split(w.rank() < p ? 0 : 1, w.rank());
-    if (w.rank() < p) {
-      strata::grid g(sub, {.pipeline = p});
-      if (w.rank() == 0) std::printf("\np = %d\n%4s %10s %10s %10s\n", p, "m", "ideal", "1f1b", "gpipe");
-      for (int m : {1, 2, 4, 8, 16}) {
-        const auto one = measure<strata::one_f_one_b>(g, cfg, m, steps, rows);
-        const auto gp = measure<strata::gpipe>(g, cfg, m, steps, rows);
-        if (w.rank() == 0)
-          std::printf("%4d %10.3f %10.3f %10.3f\n", m, static_cast<double>(p - 1) / (m + p - 1), one.idle_fraction,
-                      gp.idle_fraction);
+  return examples::run_main("bench/pipeline", usage, env.rank(), argc, argv, [&]() -> int {
+    examples::args a(argc, argv, {});
+    gpt::config cfg;
+    cfg.dim = static_cast<int>(a.integer("dim", 96));
+    cfg.seq = static_cast<int>(a.integer("seq", 32));
+    cfg.heads = 4;
+    cfg.layers = static_cast<int>(a.integer("layers", 6));
+    cfg.vocab = static_cast<int>(a.integer("vocab", 256));
+    const long steps = a.integer("steps", 6), rows = a.integer("rows", 8);
+    a.check_all_used();
+    auto& w = env.world();
+    if (w.rank() == 0)
+      std::printf(
+          "# bench/pipeline: gpt %d layers, dim %d, seq %d, %ld sequences per micro-batch, median of %ld steps\n"
+          "# measured = mean over stages of (time waiting for neighbours / step time); ideal = (p-1)/(m+p-1)\n",
+          cfg.layers, cfg.dim, cfg.seq, rows, steps - 1);
+    for (int p : {2, 4}) {
+      if (p > w.size()) break;
+      strata::world_comm sub = w.split(w.rank() < p ? 0 : 1, w.rank());
+      if (w.rank() < p) {
+        strata::grid g(sub, {.pipeline = p});
+        if (w.rank() == 0) std::printf("\np = %d\n%4s %10s %10s %10s\n", p, "m", "ideal", "1f1b", "gpipe");
+        for (int m : {1, 2, 4, 8, 16}) {
+          const auto one = measure<strata::one_f_one_b>(g, cfg, m, steps, rows);
+          const auto gp = measure<strata::gpipe>(g, cfg, m, steps, rows);
+          if (w.rank() == 0)
+            std::printf("%4d %10.3f %10.3f %10.3f\n", m, static_cast<double>(p - 1) / (m + p - 1), one.idle_fraction,
+                        gp.idle_fraction);
+        }
+        const int m = 8;
+        const auto one = measure<strata::one_f_one_b>(g, cfg, m, 2, rows);
+        const auto gp = measure<strata::gpipe>(g, cfg, m, 2, rows);
+        if (w.rank() == 0) {
+          std::printf("peak activation MiB per stage at m = %d:\n%6s %10s %10s\n", m, "stage", "gpipe", "1f1b");
+          for (int s = 0; s < p; ++s)
+            std::printf("%6d %10.3f %10.3f\n", s, gp.activation_mib[static_cast<std::size_t>(s)],
+                        one.activation_mib[static_cast<std::size_t>(s)]);
+        }
       }
-      const int m = 8;
-      const auto one = measure<strata::one_f_one_b>(g, cfg, m, 2, rows);
-      const auto gp = measure<strata::gpipe>(g, cfg, m, 2, rows);
-      if (w.rank() == 0) {
-        std::printf("peak activation MiB per stage at m = %d:\n%6s %10s %10s\n", m, "stage", "gpipe", "1f1b");
-        for (int s = 0; s < p; ++s)
-          std::printf("%6d %10.3f %10.3f\n", s, gp.activation_mib[static_cast<std::size_t>(s)],
-                      one.activation_mib[static_cast<std::size_t>(s)]);
-      }
+      w.barrier();
     }
-    w.barrier();
-  }
-  return 0;
+    return 0;
+  });
 }
