@@ -43,6 +43,7 @@ struct loop_options {
   // $MLFLOW_EXPERIMENT_NAME, else "strata"), the run's name; config: --config's file,
   // whose keys become the run's ds_config.* params.
   std::string mlflow, experiment, run_name, config;
+  std::string mlflow_note;  // why $MLFLOW_TRACKING_URI was not used (rank 0 prints it)
 
   // Reads the common options with this program's defaults.
   void read(args& a, long default_steps, long default_batch) {
@@ -65,6 +66,12 @@ struct loop_options {
       return std::string(v && *v ? v : def);
     };
     mlflow = a.str("mlflow", env_or("MLFLOW_TRACKING_URI", ""));
+    // An MLflow user's shell may name a store strata cannot reach ("databricks", a file
+    // path): from the environment that is a note and no tracking; given as --mlflow, an error.
+    if (!a.has("mlflow") && !mlflow.empty() && mlflow.rfind("http://", 0) != 0 && mlflow.rfind("https://", 0) != 0) {
+      mlflow_note = "MLFLOW_TRACKING_URI=" + mlflow + " is not an http(s) tracking server: this run is not tracked";
+      mlflow.clear();
+    }
     experiment = a.str("experiment", env_or("MLFLOW_EXPERIMENT_NAME", "strata"));
     run_name = a.str("run-name", "");
     config = a.str("config", "");
@@ -178,7 +185,9 @@ inline void log_artifacts([[maybe_unused]] const loop_result& r, [[maybe_unused]
 // file's keys; nullptr without --mlflow or off rank 0.
 inline std::unique_ptr<strata::mlflow_run> open_mlflow(const loop_options& o, int world_rank,
                                                        const nlohmann::json& header) {
-  if (o.mlflow.empty() || world_rank != 0) return nullptr;
+  if (world_rank != 0) return nullptr;
+  if (!o.mlflow_note.empty()) std::fprintf(stderr, "strata: note: %s\n", o.mlflow_note.c_str());
+  if (o.mlflow.empty()) return nullptr;
   nlohmann::json params = header;
   if (!o.config.empty()) {
     std::ifstream in(o.config);

@@ -47,6 +47,10 @@ fi
 if "$qwen2" "${data[@]}" --steps 1 --mlflow databricks 2>"$work/bad.err"; then echo "FAILED: --mlflow databricks"; exit 1; fi
 grep -q "mlflow databricks: strata talks to a tracking server over HTTP" "$work/bad.err" ||
   { echo "FAILED: $(cat "$work/bad.err")"; exit 1; }
+# MLFLOW_TRACKING_URI naming another kind of store: a note, and the run trains untracked.
+MLFLOW_TRACKING_URI=databricks "$qwen2" "${data[@]}" --steps 1 2>"$work/env.err" >/dev/null
+grep -q "strata: note: MLFLOW_TRACKING_URI=databricks is not an http(s) tracking server" "$work/env.err" ||
+  { echo "FAILED: $(cat "$work/env.err")"; exit 1; }
 # No server: a warning, and the metrics file has every step.
 "$mpiexec" -n 2 "$qwen2" "${data[@]}" --steps 2 --metrics "$work/offline.jsonl" --mlflow "http://127.0.0.1:9" \
   2>"$work/offline.err"
