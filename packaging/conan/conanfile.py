@@ -7,7 +7,8 @@
 #   conan create packaging/conan                                          (Conan Center's)
 #
 # System requirements in every configuration: an OpenMP compiler and OpenBLAS (its
-# OpenMP build preferred, Debian's libopenblas-openmp-dev); with cuda=True, the CUDA
+# OpenMP build preferred, Debian's libopenblas-openmp-dev), and on x86-64 SLEEF
+# (libsleef-dev); with cuda=True, the CUDA
 # toolkit (12.3 or later: cudart, cuBLAS, CCCL) and NCCL 2.18 or later.
 import os
 import re
@@ -44,7 +45,7 @@ class StrataConan(ConanFile):
         root = self._root()
         copy(self, "*", os.path.join(root, "include"), os.path.join(self.export_sources_folder, "include"))
         copy(self, "LICENSE", root, self.export_sources_folder)
-        for module in ("strataBlas.cmake", "strataCudaUsage.cmake", "FindNCCL.cmake"):
+        for module in ("strataBlas.cmake", "strataSleef.cmake", "strataCudaUsage.cmake", "FindNCCL.cmake"):
             copy(self, module, os.path.join(root, "cmake"), os.path.join(self.export_sources_folder, "cmake"))
         copy(self, "strata-conan.cmake", self.recipe_folder, os.path.join(self.export_sources_folder, "cmake"))
 

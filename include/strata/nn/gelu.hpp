@@ -6,6 +6,7 @@
 #include <string>
 
 #include "../core/config.hpp"
+#include "../core/math.hpp"
 #include "../space/tensor.hpp"
 #include "detail/checks.hpp"
 
@@ -16,24 +17,24 @@ enum class gelu_approximation : unsigned char { none, tanh };
 namespace detail {
 
 // The math of one element, shared by the host loops and the CUDA kernels (hence
-// STRATA_HOST_DEVICE; nvcc provides device overloads of std::erf, std::tanh, std::exp).
+// STRATA_HOST_DEVICE; strata::math vectorizes on the host, core/math.hpp).
 struct gelu_erf {
   static constexpr float inv_sqrt2 = 0.70710678118654752f;
   static constexpr float inv_sqrt_2pi = 0.39894228040143268f;
-  STRATA_HOST_DEVICE static float value(float x) { return 0.5f * x * (1.0f + std::erf(x * inv_sqrt2)); }
+  STRATA_HOST_DEVICE static float value(float x) { return 0.5f * x * (1.0f + math::erf(x * inv_sqrt2)); }
   // d/dx [x Phi(x)] = Phi(x) + x phi(x)
   STRATA_HOST_DEVICE static float derivative(float x) {
-    return 0.5f * (1.0f + std::erf(x * inv_sqrt2)) + x * inv_sqrt_2pi * std::exp(-0.5f * x * x);
+    return 0.5f * (1.0f + math::erf(x * inv_sqrt2)) + x * inv_sqrt_2pi * math::exp(-0.5f * x * x);
   }
 };
 struct gelu_tanh {
   static constexpr float sqrt_2_over_pi = 0.79788456080286536f;
   static constexpr float c = 0.044715f;
   STRATA_HOST_DEVICE static float value(float x) {
-    return 0.5f * x * (1.0f + std::tanh(sqrt_2_over_pi * (x + c * x * x * x)));
+    return 0.5f * x * (1.0f + math::tanh(sqrt_2_over_pi * (x + c * x * x * x)));
   }
   STRATA_HOST_DEVICE static float derivative(float x) {
-    const float t = std::tanh(sqrt_2_over_pi * (x + c * x * x * x));
+    const float t = math::tanh(sqrt_2_over_pi * (x + c * x * x * x));
     return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * sqrt_2_over_pi * (1.0f + 3.0f * c * x * x);
   }
 };

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "../core/config.hpp"
+#include "../core/math.hpp"
 #include "../space/tensor.hpp"
 #include "detail/checks.hpp"
 #include "residual.hpp"
@@ -22,7 +23,7 @@ struct swiglu_forward_fn {
   float* h;
   STRATA_HOST_DEVICE void operator()(std::int64_t i) const {
     const float g = gate[i];
-    h[i] = g / (1.0f + std::exp(-g)) * up[i];
+    h[i] = g / (1.0f + math::exp(-g)) * up[i];
   }
 };
 
@@ -32,8 +33,8 @@ struct swiglu_backward_fn {
   float *d_gate, *d_up;
   STRATA_HOST_DEVICE void operator()(std::int64_t i) const {
     const float g = gate[i];
-    const float s = 1.0f / (1.0f + std::exp(-g));
-    d_up[i] = dh[i] * (g / (1.0f + std::exp(-g)));
+    const float s = math::sigmoid(g);
+    d_up[i] = dh[i] * (g / (1.0f + math::exp(-g)));
     d_gate[i] = dh[i] * up[i] * (s * (1.0f + g * (1.0f - s)));
   }
 };

@@ -12,6 +12,7 @@
 #include "../core/config.hpp"
 #include "../core/error.hpp"
 #include "host.hpp"
+#include "host_isa.hpp"
 #include "host_threads.hpp"
 #include "ops.hpp"
 #include "tensor.hpp"
@@ -24,18 +25,55 @@ namespace detail {
 // few microseconds; a cheap elementwise op is under a nanosecond per element).
 inline constexpr std::int64_t parallel_threshold = 1 << 15;
 
+// The loops, stamped out once per instruction set (space/host_isa.hpp): a target
+// attribute carries over to the OpenMP region GCC outlines from the function, and the
+// functors inlined there compile for that target, calling strata::math's vector forms of
+// its width. No fused multiply-adds in any of them (AVX-512 has them, the others not), so
+// a functor gives the same bits at every width and in a loop's scalar remainder.
+#define STRATA_HOST_LOOPS(isa, ...)                                                                    \
+  template <class F>                                                                                   \
+  __attribute__((__VA_ARGS__ __VA_OPT__(, ) optimize("fp-contract=off"))) void elementwise_##isa(     \
+      std::int64_t n, F& f) {                                                                          \
+    _Pragma("omp parallel for simd if (parallel : n >= parallel_threshold)") for (std::int64_t i = 0; \
+                                                                                  i < n; ++i) f(i);   \
+  }                                                                                                    \
+  template <class F>                                                                                   \
+  __attribute__((__VA_ARGS__ __VA_OPT__(, ) optimize("fp-contract=off"))) void for_rows_##isa(        \
+      std::int64_t rows, std::int64_t row_cost, F& f) {                                                \
+    _Pragma("omp parallel for schedule(static) if (rows * row_cost >= parallel_threshold && rows > 1)") \
+        for (std::int64_t r = 0; r < rows; ++r) f(r);                                                  \
+  }
+STRATA_HOST_LOOPS(sse2)
+STRATA_HOST_LOOPS(avx2, target("avx2"))
+STRATA_HOST_LOOPS(avx512, target("avx512f"))
+#undef STRATA_HOST_LOOPS
+
 // f(i) for i in [0, n): vectorized always, threaded when n is large.
 template <class F>
-STRATA_FORCEINLINE void elementwise(std::int64_t n, F&& f) {
-#pragma omp parallel for simd if (parallel : n >= parallel_threshold)
-  for (std::int64_t i = 0; i < n; ++i) f(i);
+void elementwise(std::int64_t n, F&& f) {
+  switch (host_simd()) {
+    case host_isa::avx512:
+      return elementwise_avx512(n, f);
+    case host_isa::avx2:
+      return elementwise_avx2(n, f);
+    case host_isa::sse2:
+      break;
+  }
+  elementwise_sse2(n, f);
 }
 
 // f(row) for each row, threaded when rows * row_cost is large.
 template <class F>
-STRATA_FORCEINLINE void for_rows(std::int64_t rows, std::int64_t row_cost, F&& f) {
-#pragma omp parallel for schedule(static) if (rows * row_cost >= parallel_threshold && rows > 1)
-  for (std::int64_t r = 0; r < rows; ++r) f(r);
+void for_rows(std::int64_t rows, std::int64_t row_cost, F&& f) {
+  switch (host_simd()) {
+    case host_isa::avx512:
+      return for_rows_avx512(rows, row_cost, f);
+    case host_isa::avx2:
+      return for_rows_avx2(rows, row_cost, f);
+    case host_isa::sse2:
+      break;
+  }
+  for_rows_sse2(rows, row_cost, f);
 }
 
 // The row of a rows functor on the host: one thread does the whole row, vectorized. Its

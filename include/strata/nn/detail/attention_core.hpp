@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "../../core/config.hpp"
+#include "../../core/math.hpp"
 #include "../../space/ops.hpp"
 #include "../../space/tensor.hpp"
 
@@ -23,7 +24,7 @@ struct causal_softmax_fn {
     float* x = p + (r / S) * stride + i * S;
     // Subtracting the max of what row i sees keeps every exp in (0, 1].
     const float m = row.max(i + 1, [&](std::int64_t j) { return x[j]; });
-    row.for_each(i + 1, [&](std::int64_t j) { x[j] = std::exp(x[j] - m); });
+    row.for_each(i + 1, [&](std::int64_t j) { x[j] = math::exp(x[j] - m); });
     const double sum = row.sum(i + 1, [&](std::int64_t j) { return static_cast<double>(x[j]); });
     const float inv = static_cast<float>(1.0 / sum);
     row.for_each(S, [&](std::int64_t j) { x[j] = j <= i ? x[j] * inv : 0.0f; });

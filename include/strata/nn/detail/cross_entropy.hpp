@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "../../core/config.hpp"
+#include "../../core/math.hpp"
 #include "../../space/ops.hpp"
 #include "../../space/tensor.hpp"
 
@@ -41,7 +42,7 @@ struct cross_entropy_rows_fn {
     const float* xr = logits + r * classes;
     // Subtracting the row max keeps every exp in (0, 1]: no overflow for any logits.
     const float m = row.max(classes, [&](std::int64_t j) { return xr[j]; });
-    const double se = row.sum(classes, [&](std::int64_t j) { return static_cast<double>(std::exp(xr[j] - m)); });
+    const double se = row.sum(classes, [&](std::int64_t j) { return static_cast<double>(math::exp(xr[j] - m)); });
     row.once([&] {
       const double ls = std::log(se);
       const float t = targets[r];
@@ -86,7 +87,7 @@ struct vocab_sum_rows_fn {
   STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
     const float* xr = logits + r * classes;
     const float m = row_max[r];
-    const double se = row.sum(classes, [&](std::int64_t j) { return static_cast<double>(std::exp(xr[j] - m)); });
+    const double se = row.sum(classes, [&](std::int64_t j) { return static_cast<double>(math::exp(xr[j] - m)); });
     row.once([&] {
       const std::int64_t t = static_cast<std::int64_t>(target[r]) - lo;
       sums[r] = se;
@@ -151,7 +152,7 @@ struct softmax_grad_rows_fn {
     const float m = row_max[r], l = log_sum[r];
     const std::int64_t t = static_cast<std::int64_t>(target[r]) - lo;
     row.for_each(classes, [&](std::int64_t j) {
-      float v = scale * std::exp((xr[j] - m) - l);
+      float v = scale * math::exp((xr[j] - m) - l);
       if (j == t) v -= scale;
       dr[j] = v;
     });
