@@ -30,9 +30,12 @@ inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::
   const std::size_t KV = static_cast<std::size_t>(c.num_key_value_heads / tp);
   const std::size_t I = static_cast<std::size_t>(c.intermediate_size / tp);
   const std::size_t V = static_cast<std::size_t>(c.vocab_size / tp);
-  // The scores' gradient scratch: one (batch, head) pair at a time on the host; a GPU
-  // batches the heads of a batch row (no grouping) or the batch rows of a head.
-  const std::size_t inner = !device ? 1 : (H == KV && H >= rows ? H : rows);
+  // What attention keeps of its softmax: a GPU the probabilities, [rows, H, seq, seq],
+  // and a scores' gradient scratch batching the heads of a batch row (no grouping) or the
+  // batch rows of a head; the host a log-sum-exp per row (its blocks' scratch is a few
+  // 64 x 64 blocks per thread, not counted).
+  const std::size_t inner = H == KV && H >= rows ? H : rows;
+  const std::size_t softmax = device ? rows * H * seq * seq + inner * seq * seq : rows * H * seq;
   std::size_t per_slot = 0, shared = 0, scratch = 0;  // floats
   for (std::size_t l = first; l < end; ++l) {
     if (l == 0) {  // embedding: output; its "input gradient" has the ids' shape
@@ -42,7 +45,7 @@ inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::
       const std::size_t attention = N * H * hd * 4                              // q, attended, d_attended, dq
                                     + N * KV * hd * 4                           // k, v, dk, dv
                                     + seq * hd                                  // cos, sin
-                                    + rows * H * seq * seq + inner * seq * seq  // probs, d_scores
+                                    + softmax                                   // see above
                                     + N * D * 2 + N;                            // dx_k, dx_v; the norm's rstd
       const std::size_t mlp = N * I * 6 + N * D + N;          // gate, up, h and their gradients; dx_up; rstd
       const std::size_t cache = attention + mlp + N * D * 6;  // and n1, h, n2 and their gradients

@@ -29,10 +29,12 @@ struct causal_self_attention {
     column_parallel_linear::cache<Space> qkv;
     row_parallel_linear::cache<Space> proj;
     tensor<float, Space> qkv_out;   // [B, S, 3 D/T]: per head q, k, v side by side
-    tensor<float, Space> probs;     // [B, H/T, S, S]: softmax of the masked scores
+    // What backward needs of the softmax (attention_core.hpp): the probabilities [B, H/T,
+    // S, S] on a GPU, each row's log-sum-exp [B, H/T, S] on the host.
+    tensor<float, Space> saved;
     tensor<float, Space> attended;  // [B, S, D/T]: heads' outputs, the projection's input
     tensor<float, Space> d_attended, d_qkv;
-    // Scratch for the scores' gradient: [inner, S, S], one step of the walk's pairs.
+    // Scratch for the scores' gradient on a GPU: [inner, S, S], one step of the walk's pairs.
     tensor<float, Space> d_scores;
   };
 
@@ -47,10 +49,9 @@ struct causal_self_attention {
     detail::require_distinct(&x, &y, kind, qkv.weight.name);
     qkv.forward(ctx, x, c.qkv_out, c.qkv);
     const detail::attention_layout l = layout(x);
-    c.probs.resize(shape{l.B, l.H, l.S, l.S});
     c.attended.resize(shape{l.B, l.S, l.ldo()});
     const float* q = c.qkv_out.data();
-    detail::attention_forward(ctx, l, q, q + l.hd, q + 2 * l.hd, c.probs.data(), c.attended.data());
+    detail::attention_forward(ctx, l, q, q + l.hd, q + 2 * l.hd, c.saved, c.attended.data());
     proj.forward(ctx, c.attended, y, c.proj);
   }
 
@@ -63,8 +64,8 @@ struct causal_self_attention {
     c.d_qkv.resize(c.qkv_out.shape());
     const float* q = c.qkv_out.data();
     float* dq = c.d_qkv.data();
-    detail::attention_backward(ctx, l, q, q + l.hd, q + 2 * l.hd, c.probs.data(), c.d_attended.data(), dq, dq + l.hd,
-                               dq + 2 * l.hd, c.d_scores);
+    detail::attention_backward(ctx, l, q, q + l.hd, q + 2 * l.hd, c.saved, c.attended.data(), c.d_attended.data(), dq,
+                               dq + l.hd, dq + 2 * l.hd, c.d_scores);
     qkv.backward(ctx, c.d_qkv, dx, c.qkv);
   }
 

@@ -34,10 +34,10 @@ struct grouped_query_attention {
     row_parallel_linear::cache<Space> o_proj;
     tensor<float, Space> q, k, v;   // [B, S, heads hd] after rotation (q, k)
     tensor<float, Space> cos, sin;  // [S, hd / 2]
-    tensor<float, Space> probs;     // [B, H/T, S, S]: softmax of the masked scores
+    tensor<float, Space> saved;     // the softmax's, for backward (as causal_self_attention's)
     tensor<float, Space> attended;  // [B, S, H hd / T]: the heads' outputs, o_proj's input
     tensor<float, Space> d_attended, dq, dk, dv, dx_k, dx_v;
-    tensor<float, Space> d_scores;  // scratch for the scores' gradient
+    tensor<float, Space> d_scores;  // scratch for the scores' gradient (a GPU's)
   };
 
   int tp_size() const noexcept { return q_proj.tp_size; }
@@ -58,9 +58,8 @@ struct grouped_query_attention {
     rope.table(ctx, l.S, l.hd, c.cos, c.sin);
     rope.rotate(ctx, c.q, l.H, l.hd, c.cos, c.sin);
     rope.rotate(ctx, c.k, local_kv_heads(), l.hd, c.cos, c.sin);
-    c.probs.resize(shape{l.B, l.H, l.S, l.S});
     c.attended.resize(shape{l.B, l.S, l.ldo()});
-    detail::attention_forward(ctx, l, c.q.data(), c.k.data(), c.v.data(), c.probs.data(), c.attended.data());
+    detail::attention_forward(ctx, l, c.q.data(), c.k.data(), c.v.data(), c.saved, c.attended.data());
     o_proj.forward(ctx, c.attended, y, c.o_proj);
   }
 
@@ -73,8 +72,8 @@ struct grouped_query_attention {
     c.dq.resize(c.q.shape());
     c.dk.resize(c.k.shape());
     c.dv.resize(c.v.shape());
-    detail::attention_backward(ctx, l, c.q.data(), c.k.data(), c.v.data(), c.probs.data(), c.d_attended.data(),
-                               c.dq.data(), c.dk.data(), c.dv.data(), c.d_scores);
+    detail::attention_backward(ctx, l, c.q.data(), c.k.data(), c.v.data(), c.saved, c.attended.data(),
+                               c.d_attended.data(), c.dq.data(), c.dk.data(), c.dv.data(), c.d_scores);
     // The rotation is orthogonal: its backward turns the gradients back.
     rope.rotate(ctx, c.dq, l.H, l.hd, c.cos, c.sin, true);
     rope.rotate(ctx, c.dk, local_kv_heads(), l.hd, c.cos, c.sin, true);

@@ -1,6 +1,8 @@
 // The scaled-dot-product part of causal attention, in any space, for layers that lay out
 // q, k and v as they like: multi-head (one key/value head per query head) or grouped-query
-// (a key/value head shared by `group` query heads), forward and backward.
+// (a key/value head shared by `group` query heads), forward and backward. A space that
+// batches GEMMs (a GPU) stores the [S, S] probabilities of each pair; the host runs the
+// blocked form (attention_blocked.hpp), which stores a row's log-sum-exp instead.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -9,6 +11,7 @@
 #include "../../core/math.hpp"
 #include "../../space/ops.hpp"
 #include "../../space/tensor.hpp"
+#include "attention_blocked.hpp"
 
 namespace strata::nn::detail {
 
@@ -93,7 +96,7 @@ inline float attention_scale(std::int64_t hd) { return static_cast<float>(1.0 / 
 
 // probs [B, H, S, S] = causal softmax(q k^T / sqrt(hd)); out [B, S, H hd] = probs v.
 template <class Ctx>
-void attention_forward(Ctx& ctx, const attention_layout& l, const float* q, const float* k, const float* v,
+void attention_forward_full(Ctx& ctx, const attention_layout& l, const float* q, const float* k, const float* v,
                        float* probs, float* out) {
   using ops = ops_of<Ctx>;
   const auto exec = exec_of(ctx);
@@ -116,7 +119,7 @@ void attention_forward(Ctx& ctx, const attention_layout& l, const float* q, cons
 // added to by the rest), laid out like q, k and v. d_scores is scratch of [inner, S, S],
 // reused by the next step only after this one's GEMMs (one stream).
 template <class Ctx>
-void attention_backward(Ctx& ctx, const attention_layout& l, const float* q, const float* k, const float* v,
+void attention_backward_full(Ctx& ctx, const attention_layout& l, const float* q, const float* k, const float* v,
                         const float* probs, const float* d_out, float* dq, float* dk, float* dv,
                         tensor<float, space_of<Ctx>>& d_scores) {
   using ops = ops_of<Ctx>;
@@ -143,6 +146,58 @@ void attention_backward(Ctx& ctx, const attention_layout& l, const float* q, con
                               w.kv_stride(), 0.0f, dq + qo, l.ldq, w.q_stride(), w.inner);
     ops::gemm_strided_batched(exec, transpose::yes, transpose::no, S, hd, S, scale, ds, S, ss, q + qo, l.ldq,
                               w.q_stride(), beta, dk + kvo, l.ldkv, w.kv_stride(), w.inner);
+  }
+}
+
+// out as attention_forward_full gives it, and lse [B, H, S], in blocks.
+template <class Ctx>
+void attention_forward_blocked(Ctx& ctx, const attention_layout& l, const float* q, const float* k, const float* v,
+                               float* lse, float* out) {
+  using ops = ops_of<Ctx>;
+  check_blocked_attention(l);
+  ops::rows(exec_of(ctx), l.B * l.H, l.S * l.S * l.hd,
+            blocked_attention_forward_fn<ops, attention_layout>{exec_of(ctx), l, q, k, v, lse, out,
+                                                                attention_scale(l.hd)});
+}
+
+// dq (written), dk and dv (written) from the forward's out and lse, in blocks.
+template <class Ctx>
+void attention_backward_blocked(Ctx& ctx, const attention_layout& l, const float* q, const float* k, const float* v,
+                                const float* lse, const float* out, const float* d_out, float* dq, float* dk,
+                                float* dv) {
+  using ops = ops_of<Ctx>;
+  check_blocked_attention(l);
+  const std::int64_t kv_heads = l.H / l.group;
+  ops::rows(exec_of(ctx), l.B * kv_heads, l.group * l.S * l.S * l.hd,
+            blocked_attention_backward_fn<ops, attention_layout>{exec_of(ctx), l, q, k, v, lse, out, d_out, dq, dk, dv,
+                                                                 attention_scale(l.hd), kv_heads});
+}
+
+// The layers' entry points. `saved` is what backward needs of the softmax, sized here:
+// the probabilities [B, H, S, S] where the space batches GEMMs, each row's log-sum-exp
+// [B, H, S] on the host.
+template <class Ctx>
+void attention_forward(Ctx& ctx, const attention_layout& l, const float* q, const float* k, const float* v,
+                       tensor<float, space_of<Ctx>>& saved, float* out) {
+  if constexpr (ops_of<Ctx>::prefers_batched) {
+    saved.resize(shape{l.B, l.H, l.S, l.S});
+    attention_forward_full(ctx, l, q, k, v, saved.data(), out);
+  } else {
+    saved.resize(shape{l.B, l.H, l.S});
+    attention_forward_blocked(ctx, l, q, k, v, saved.data(), out);
+  }
+}
+
+// From d_out [B, S, H hd] (and the forward's out): dq, dk and dv, laid out like q, k and v.
+template <class Ctx>
+void attention_backward(Ctx& ctx, const attention_layout& l, const float* q, const float* k, const float* v,
+                        const tensor<float, space_of<Ctx>>& saved, const float* out, const float* d_out, float* dq,
+                        float* dk, float* dv, tensor<float, space_of<Ctx>>& d_scores) {
+  if constexpr (ops_of<Ctx>::prefers_batched) {
+    attention_backward_full(ctx, l, q, k, v, saved.data(), d_out, dq, dk, dv, d_scores);
+  } else {
+    (void)d_scores;
+    attention_backward_blocked(ctx, l, q, k, v, saved.data(), out, d_out, dq, dk, dv);
   }
 }
 
