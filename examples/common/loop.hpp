@@ -130,7 +130,8 @@ nlohmann::json run_header(Trainer& tr, const loop_options& o) {
             {"seed", opts.seed},
             {"recompute", opts.recompute}}},
           {"host_threads", strata::host_threads().threads},
-          {"blas", strata::host_threads().blas}};
+          {"blas", strata::host_threads().blas},
+          {"simd", strata::host_threads().simd}};
 }
 
 // The peak FLOP/s of one process, for MFU: --peak-flops; on a GPU its datasheet peak
@@ -298,9 +299,11 @@ nlohmann::json base_report(Trainer& tr, const loop_result& r, nlohmann::json per
   j["final_loss"] = r.last.loss;
   j["losses"] = r.losses;
   j["weights_hash"] = r.hash;
-  // A GEMM's bits depend on how many threads split it: the hash holds at this count.
+  // A GEMM's bits depend on how many threads split it, and a row's sums on the SIMD
+  // width: the hash holds at this count and instruction set.
   j["host_threads"] = strata::host_threads().threads;
   j["blas"] = strata::host_threads().blas;
+  j["simd"] = strata::host_threads().simd;
   j["skipped_steps"] = tr.skipped_steps();
   j["memory"] = tr.memory().to_json();
   j["memory"]["peak_rss_bytes"] = static_cast<double>(strata::peak_resident_bytes());

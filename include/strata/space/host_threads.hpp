@@ -15,12 +15,15 @@
 #include <string>
 #include <string_view>
 
+#include "host_isa.hpp"
+
 namespace strata {
 
 struct host_threads_info {
   int threads = 1;       // OpenMP threads of strata's loops
   int blas_threads = 1;  // threads of one GEMM
   std::string blas;      // the BLAS and how it threads, e.g. "OpenBLAS 0.3.21 ... (OpenMP build)"
+  std::string simd;      // the loops' instruction set (host_isa.hpp), e.g. "avx512"
 };
 
 // OpenBLAS's DYNAMIC_ARCH builds (Debian's) pick their kernels by CPU model when they
@@ -55,6 +58,7 @@ namespace detail {
 inline host_threads_info configure_host_threads() {
   host_threads_info h;
   h.threads = omp_get_max_threads();
+  h.simd = name_of(host_simd());
 #ifdef OPENBLAS_VERSION
   const int mode = openblas_get_parallel();  // 0 sequential, 1 pthreads, 2 OpenMP
   if (mode == 2) openblas_set_num_threads(h.threads);
