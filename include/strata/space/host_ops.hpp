@@ -30,22 +30,22 @@ inline constexpr std::int64_t parallel_threshold = 1 << 15;
 // functors inlined there compile for that target, calling strata::math's vector forms of
 // its width. No fused multiply-adds in any of them (AVX-512 has them, the others not), so
 // a functor gives the same bits at every width and in a loop's scalar remainder.
-#define STRATA_HOST_LOOPS(isa, ...)                                                                    \
-  template <class F>                                                                                   \
-  __attribute__((__VA_ARGS__ __VA_OPT__(, ) optimize("fp-contract=off"))) void elementwise_##isa(     \
-      std::int64_t n, F& f) {                                                                          \
-    _Pragma("omp parallel for simd if (parallel : n >= parallel_threshold)") for (std::int64_t i = 0; \
-                                                                                  i < n; ++i) f(i);   \
-  }                                                                                                    \
-  template <class F>                                                                                   \
-  __attribute__((__VA_ARGS__ __VA_OPT__(, ) optimize("fp-contract=off"))) void for_rows_##isa(        \
-      std::int64_t rows, std::int64_t row_cost, F& f) {                                                \
-    _Pragma("omp parallel for schedule(static) if (rows * row_cost >= parallel_threshold && rows > 1)") \
-        for (std::int64_t r = 0; r < rows; ++r) f(r);                                                  \
+// clang-format off
+#define STRATA_HOST_LOOPS(isa, ...)                                                              \
+  template <class F>                                                                             \
+  __attribute__((__VA_ARGS__)) void elementwise_##isa(std::int64_t n, F& f) {                    \
+    _Pragma("omp parallel for simd if (parallel : n >= parallel_threshold)")                     \
+    for (std::int64_t i = 0; i < n; ++i) f(i);                                                   \
+  }                                                                                              \
+  template <class F>                                                                             \
+  __attribute__((__VA_ARGS__)) void for_rows_##isa(std::int64_t rows, std::int64_t cost, F& f) { \
+    _Pragma("omp parallel for schedule(static) if (rows * cost >= parallel_threshold && rows > 1)") \
+    for (std::int64_t r = 0; r < rows; ++r) f(r);                                                \
   }
-STRATA_HOST_LOOPS(sse2)
-STRATA_HOST_LOOPS(avx2, target("avx2"))
-STRATA_HOST_LOOPS(avx512, target("avx512f"))
+STRATA_HOST_LOOPS(sse2, optimize("fp-contract=off"))
+STRATA_HOST_LOOPS(avx2, target("avx2"), optimize("fp-contract=off"))
+STRATA_HOST_LOOPS(avx512, target("avx512f"), optimize("fp-contract=off"))
+// clang-format on
 #undef STRATA_HOST_LOOPS
 
 // f(i) for i in [0, n): vectorized always, threaded when n is large.
