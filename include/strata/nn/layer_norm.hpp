@@ -22,7 +22,7 @@ struct layer_norm_forward_fn {
   std::int64_t d;
   double eps;
   template <class Row>
-  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
+  STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
     const float* xr = x + r * d;
     const double inv_d = 1.0 / static_cast<double>(d);
     const double mu = row.sum(d, [&](std::int64_t j) { return static_cast<double>(xr[j]); }) * inv_d;
@@ -45,7 +45,7 @@ struct layer_norm_backward_fn {
   float* dx;
   std::int64_t d;
   template <class Row>
-  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
+  STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
     const float *xr = x + r * d, *gr = dy + r * d;
     const float m = mean[r], rs = rstd[r];
     const double inv_d = 1.0 / static_cast<double>(d);

@@ -21,7 +21,7 @@ struct rms_norm_forward_fn {
   std::int64_t d;
   double eps;
   template <class Row>
-  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
+  STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
     const float* xr = x + r * d;
     const double ms =
         row.sum(d, [&](std::int64_t j) { return static_cast<double>(xr[j]) * xr[j]; }) / static_cast<double>(d);
@@ -39,7 +39,7 @@ struct rms_norm_backward_fn {
   float* dx;
   std::int64_t d;
   template <class Row>
-  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
+  STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
     const float *xr = x + r * d, *gr = dy + r * d;
     const float rs = rstd[r];
     const double sgx = row.sum(d, [&](std::int64_t j) { return static_cast<double>((gr[j] * w[j]) * (xr[j] * rs)); });

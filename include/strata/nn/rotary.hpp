@@ -39,7 +39,7 @@ struct rotary_fn {
   std::int64_t S, heads, hd;
   bool inverse;
   template <class Row>
-  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
+  STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
     const std::int64_t half = hd / 2;
     const float *c = cos + (r % S) * half, *s = sin + (r % S) * half;
     float* xr = x + r * heads * hd;

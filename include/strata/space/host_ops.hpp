@@ -29,7 +29,9 @@ inline constexpr std::int64_t parallel_threshold = 1 << 15;
 // attribute carries over to the OpenMP region GCC outlines from the function, and the
 // functors inlined there compile for that target, calling strata::math's vector forms of
 // its width. No fused multiply-adds in any of them (AVX-512 has them, the others not), so
-// a functor gives the same bits at every width and in a loop's scalar remainder.
+// a functor gives the same bits at every width and in a loop's scalar remainder. Row
+// functors are marked STRATA_FORCEINLINE for this: GCC would not inline the larger ones
+// by itself, and one not inlined compiles for the baseline.
 // clang-format off
 #define STRATA_HOST_LOOPS(isa, ...)                                                              \
   template <class F>                                                                             \
@@ -81,20 +83,20 @@ void for_rows(std::int64_t rows, std::int64_t row_cost, F&& f) {
 // call them in CUDA translation units too; they run on the host.
 struct host_row {
   template <class G>
-  STRATA_HOST_DEVICE void for_each(std::int64_t n, G&& g) const {
+  STRATA_HOST_DEVICE STRATA_FORCEINLINE void for_each(std::int64_t n, G&& g) const {
 #pragma omp simd
     for (std::int64_t j = 0; j < n; ++j) g(j);
   }
   // The vector lanes' partial sums, combined at the end: a fixed order for a build.
   template <class G>
-  STRATA_HOST_DEVICE double sum(std::int64_t n, G&& g) const {
+  STRATA_HOST_DEVICE STRATA_FORCEINLINE double sum(std::int64_t n, G&& g) const {
     double s = 0.0;
 #pragma omp simd reduction(+ : s)
     for (std::int64_t j = 0; j < n; ++j) s += g(j);
     return s;
   }
   template <class G>
-  STRATA_HOST_DEVICE float max(std::int64_t n, G&& g) const {
+  STRATA_HOST_DEVICE STRATA_FORCEINLINE float max(std::int64_t n, G&& g) const {
     float m = g(0);
 #pragma omp simd reduction(max : m)
     for (std::int64_t j = 0; j < n; ++j) {
@@ -149,13 +151,13 @@ struct ops<host> {
   template <class F>
   static void map(const exec_type&, std::int64_t n, const F& f) {
     const F g = f;  // a local copy: its pointers are loop invariants the vectorizer can see
-    detail::elementwise(n, [g](std::int64_t i) { g(i); });
+    detail::elementwise(n, [g](std::int64_t i) __attribute__((always_inline)) { g(i); });
   }
 
   template <class F>
   static void rows(const exec_type&, std::int64_t rows, std::int64_t cols, const F& f) {
     const detail::host_row row;
-    detail::for_rows(rows, cols, [&](std::int64_t r) { f(row, r); });
+    detail::for_rows(rows, cols, [&](std::int64_t r) __attribute__((always_inline)) { f(row, r); });
   }
 
   // Threads split the columns and each column is summed over rows in order, in double.

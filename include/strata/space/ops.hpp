@@ -55,9 +55,11 @@ inline constexpr float ignore_label = -100.0f;
 // Functors given to map and rows are written once for every space: copyable structs of
 // pointers and sizes whose call operator is STRATA_HOST_DEVICE. A rows functor is
 //
-//   template <class Row> STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const;
+//   template <class Row>
+//   STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const;
 //
-// and does its row's work through `row` (one thread on the host, a thread block on a GPU):
+// and does its row's work through `row` (one thread on the host, a thread block on a GPU);
+// STRATA_FORCEINLINE makes the host compile it into each instruction set's loop.
 //   row.for_each(n, g)   g(j) for j in [0, n)
 //   row.sum(n, g)        the sum of g(j) as double, given to every thread
 //   row.max(n, g)        the max of g(j) (n >= 1, compared as x > m ? x : m), to every thread

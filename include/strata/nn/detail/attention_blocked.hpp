@@ -13,6 +13,7 @@
 #include <limits>
 #include <vector>
 
+#include "../../core/config.hpp"
 #include "../../core/error.hpp"
 #include "../../core/math.hpp"
 #include "../../space/ops.hpp"
@@ -48,7 +49,7 @@ struct blocked_attention_forward_fn {
   float scale;
 
   template <class Row>
-  void operator()(const Row& row, std::int64_t u) const {
+  STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t u) const {
     const std::int64_t b = u / l.H, h = u % l.H, S = l.S, hd = l.hd, ldo = l.ldo(), bs = attention_block;
     const float* Q = q + b * S * l.ldq + h * l.q_head;
     const float* K = k + b * S * l.ldkv + (h / l.group) * l.kv_head;
@@ -82,7 +83,9 @@ struct blocked_attention_forward_fn {
           const float mb = row.max(seen, [&](std::int64_t j) { return sr[j]; });
           const float mn = mb > m[r] ? mb : m[r];
           const float alpha = math::exp(m[r] - mn);
-          row.for_each(nk, [&](std::int64_t j) { sr[j] = j < seen ? math::exp(sr[j] - mn) : 0.0f; });
+          // The masked tail apart: GCC does not vectorize a call under a condition.
+          row.for_each(seen, [&](std::int64_t j) { sr[j] = math::exp(sr[j] - mn); });
+          row.for_each(nk - seen, [&](std::int64_t j) { sr[seen + j] = 0.0f; });
           sums[r] = sums[r] * alpha + row.sum(seen, [&](std::int64_t j) { return static_cast<double>(sr[j]); });
           m[r] = mn;
           if (alpha != 1.0f) {
@@ -115,7 +118,7 @@ struct blocked_attention_backward_fn {
   std::int64_t kv_heads;
 
   template <class Row>
-  void operator()(const Row& row, std::int64_t u) const {
+  STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t u) const {
     const std::int64_t b = u / kv_heads, g = u % kv_heads, S = l.S, hd = l.hd, ldo = l.ldo(), bs = attention_block;
     const std::int64_t kv = b * S * l.ldkv + g * l.kv_head;
     const float *K = k + kv, *V = v + kv;
@@ -150,13 +153,14 @@ struct blocked_attention_backward_fn {
                     l.ldkv, 0.0f, dp, nk);
           for (std::int64_t r = 0; r < nq; ++r) {
             float *pr = p + r * nk, *dr = dp + r * nk;
-            const std::int64_t seen = i0 + r - j0 + 1;
+            const std::int64_t seen = std::clamp<std::int64_t>(i0 + r - j0 + 1, 0, nk);
             const float lr = L[i0 + r], Dr = D[i0 + r];
-            row.for_each(nk, [&](std::int64_t j) {
-              const float pj = j < seen ? math::exp(pr[j] - lr) : 0.0f;
+            row.for_each(seen, [&](std::int64_t j) {
+              const float pj = math::exp(pr[j] - lr);
               pr[j] = pj;
               dr[j] = pj * (dr[j] - Dr);  // dS
             });
+            row.for_each(nk - seen, [&](std::int64_t j) { pr[seen + j] = 0.0f, dr[seen + j] = 0.0f; });
           }
           // dV += P^T dO; dQ (+)= scale dS K; dK += scale dS^T Q.
           Ops::gemm(exec, transpose::yes, transpose::no, nk, hd, nq, 1.0f, p, nk, dO + i0 * ldo, ldo, 1.0f,

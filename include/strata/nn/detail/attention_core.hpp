@@ -22,7 +22,7 @@ struct causal_softmax_fn {
   float* p;
   std::int64_t S, stride;
   template <class Row>
-  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
+  STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
     const std::int64_t i = r % S;
     float* x = p + (r / S) * stride + i * S;
     // Subtracting the max of what row i sees keeps every exp in (0, 1].
@@ -41,7 +41,7 @@ struct causal_softmax_backward_fn {
   float* d;
   std::int64_t S, p_stride, d_stride;
   template <class Row>
-  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
+  STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
     const std::int64_t i = r % S;
     const float* pr = p + (r / S) * p_stride + i * S;
     float* dr = d + (r / S) * d_stride + i * S;

@@ -38,7 +38,7 @@ struct cross_entropy_rows_fn {
   double* row_loss;
   std::int64_t classes;
   template <class Row>
-  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
+  STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
     const float* xr = logits + r * classes;
     // Subtracting the row max keeps every exp in (0, 1]: no overflow for any logits.
     const float m = row.max(classes, [&](std::int64_t j) { return xr[j]; });
@@ -64,7 +64,7 @@ struct vocab_max_rows_fn {
   float* target_out;
   std::int64_t classes;
   template <class Row>
-  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
+  STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
     const float* xr = logits + r * classes;
     const float m = row.max(classes, [&](std::int64_t j) { return xr[j]; });
     row.once([&] {
@@ -84,7 +84,7 @@ struct vocab_sum_rows_fn {
   double* sums;
   std::int64_t rows, classes, lo;
   template <class Row>
-  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
+  STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
     const float* xr = logits + r * classes;
     const float m = row_max[r];
     const double se = row.sum(classes, [&](std::int64_t j) { return static_cast<double>(math::exp(xr[j] - m)); });
@@ -141,7 +141,7 @@ struct softmax_grad_rows_fn {
   float count;  // the labels the loss is the mean over (see label_count)
   std::int64_t classes, lo;
   template <class Row>
-  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
+  STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
     float* dr = dx + r * classes;
     if (target[r] == ignore_label) {
       row.for_each(classes, [&](std::int64_t j) { dr[j] = 0.0f; });

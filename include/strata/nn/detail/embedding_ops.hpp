@@ -21,7 +21,7 @@ struct gather_rows_fn {
   float* y;
   std::int64_t d, lo, local;
   template <class Row>
-  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t t) const {
+  STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t t) const {
     const std::int64_t r = static_cast<std::int64_t>(ids[t]) - lo;
     float* yt = y + t * d;
     if (r >= 0 && r < local) {

@@ -22,7 +22,7 @@ struct add_row_fn {
   float* y;
   std::int64_t cols;
   template <class Row>
-  STRATA_HOST_DEVICE void operator()(const Row& r, std::int64_t i) const {
+  STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& r, std::int64_t i) const {
     const float* xi = x + i * cols;
     float* yi = y + i * cols;
     r.for_each(cols, [&](std::int64_t j) { yi[j] = xi[j] + row[j]; });

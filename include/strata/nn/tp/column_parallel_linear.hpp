@@ -21,7 +21,7 @@ struct concat_blocks_fn {
   float* y;
   std::int64_t p, rows, cols;
   template <class Row>
-  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
+  STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
     for (std::int64_t k = 0; k < p; ++k) {
       const float* src = blocks + (k * rows + r) * cols;
       float* dst = y + (r * p + k) * cols;
@@ -35,7 +35,7 @@ struct take_block_fn {
   float* out;
   std::int64_t p, k, cols;
   template <class Row>
-  STRATA_HOST_DEVICE void operator()(const Row& row, std::int64_t r) const {
+  STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
     const float* yr = y + r * p * cols + k * cols;
     float* o = out + r * cols;
     row.for_each(cols, [&](std::int64_t j) { o[j] = yr[j]; });
