@@ -27,15 +27,20 @@ struct gelu_erf {
     return 0.5f * (1.0f + math::erf(x * inv_sqrt2)) + x * inv_sqrt_2pi * math::exp(-0.5f * x * x);
   }
 };
+// The tanh form through 0.5 (1 + tanh u) = sigmoid(2 u): one exp, about a fifth of what
+// a tanh costs, and no cancellation in 1 + tanh u where u is very negative.
 struct gelu_tanh {
   static constexpr float sqrt_2_over_pi = 0.79788456080286536f;
   static constexpr float c = 0.044715f;
-  STRATA_HOST_DEVICE static float value(float x) {
-    return 0.5f * x * (1.0f + math::tanh(sqrt_2_over_pi * (x + c * x * x * x)));
+  STRATA_HOST_DEVICE static float half_one_plus_tanh(float x) {
+    return math::sigmoid(2.0f * sqrt_2_over_pi * (x + c * x * x * x));
   }
+  STRATA_HOST_DEVICE static float value(float x) { return x * half_one_plus_tanh(x); }
+  // 0.5 (1 + t) + 0.5 x (1 - t^2) u' with t = tanh u, u' = sqrt(2/pi) (1 + 3 c x^2), which
+  // is s + 2 x s (1 - s) u' with s = sigmoid(2 u).
   STRATA_HOST_DEVICE static float derivative(float x) {
-    const float t = math::tanh(sqrt_2_over_pi * (x + c * x * x * x));
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * sqrt_2_over_pi * (1.0f + 3.0f * c * x * x);
+    const float s = half_one_plus_tanh(x);
+    return s + 2.0f * x * s * (1.0f - s) * sqrt_2_over_pi * (1.0f + 3.0f * c * x * x);
   }
 };
 
