@@ -41,12 +41,12 @@ inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::
     if (l == 0) {  // embedding: output; its "input gradient" has the ids' shape
       per_slot += N * D;
       shared += N;
-    } else if (l <= L) {                                                        // decoder layer
-      const std::size_t attention = N * H * hd * 4                              // q, attended, d_attended, dq
-                                    + N * KV * hd * 4                           // k, v, dk, dv
-                                    + seq * hd                                  // cos, sin
-                                    + softmax                                   // see above
-                                    + N * D * 2 + N;                            // dx_k, dx_v; the norm's rstd
+    } else if (l <= L) {                                      // decoder layer
+      const std::size_t attention = N * H * hd * 4            // q, attended, d_attended, dq
+                                    + N * KV * hd * 4         // k, v, dk, dv
+                                    + seq * hd                // cos, sin
+                                    + softmax                 // see above
+                                    + N * D * 2 + N;          // dx_k, dx_v; the norm's rstd
       const std::size_t mlp = N * I * 6 + N * D + N;          // gate, up, h and their gradients; dx_up; rstd
       const std::size_t cache = attention + mlp + N * D * 6;  // and n1, h, n2 and their gradients
       per_slot += N * D + (recompute ? 0 : cache);            // the output, and the cache

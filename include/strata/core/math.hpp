@@ -28,10 +28,10 @@
 // SLEEF's entry points, declared here because sleef.h declares each width only where the
 // translation unit is compiled for it (and these are called from code that is not).
 // "nofma": the forms without fused multiply-adds, identical in bits across widths.
-#define STRATA_SLEEF_DECLARE(name)                         \
-  __m128 Sleef_##name##f4_u10sse2(__m128);                 \
-  __m256 Sleef_##name##f8_u10avx(__m256);                  \
-  __m512 Sleef_##name##f16_u10avx512fnofma(__m512);        \
+#define STRATA_SLEEF_DECLARE(name)                  \
+  __m128 Sleef_##name##f4_u10sse2(__m128);          \
+  __m256 Sleef_##name##f8_u10avx(__m256);           \
+  __m512 Sleef_##name##f16_u10avx512fnofma(__m512); \
   __attribute__((simd("notinbranch"), const, nothrow)) float strata_sleef_##name##f(float);
 
 extern "C" {
@@ -47,19 +47,16 @@ namespace strata::math::detail {
 // GCC's vector function ABI gives them (_ZGV, then b/c/d/e for SSE2/AVX/AVX2/AVX-512, N
 // and the lanes, v for one vector argument). Inline and used: emitted, as weak symbols,
 // in every translation unit that includes this header, so no library is built.
-#define STRATA_SLEEF_DEFINE(name)                                                                        \
-  [[gnu::used]] inline float name##_1(float x) __asm__("strata_sleef_" #name "f");                      \
-  inline float name##_1(float x) { return _mm_cvtss_f32(Sleef_##name##f4_u10sse2(_mm_set1_ps(x))); }    \
-  [[gnu::used]] inline __m128 name##_b(__m128 x) __asm__("_ZGVbN4v_strata_sleef_" #name "f");           \
-  inline __m128 name##_b(__m128 x) { return Sleef_##name##f4_u10sse2(x); }                              \
-  [[gnu::used, gnu::target("avx")]] inline __m256 name##_c(__m256 x) __asm__(                           \
-      "_ZGVcN8v_strata_sleef_" #name "f");                                                               \
-  [[gnu::target("avx")]] inline __m256 name##_c(__m256 x) { return Sleef_##name##f8_u10avx(x); }        \
-  [[gnu::used, gnu::target("avx2")]] inline __m256 name##_d(__m256 x) __asm__(                          \
-      "_ZGVdN8v_strata_sleef_" #name "f");                                                               \
-  [[gnu::target("avx2")]] inline __m256 name##_d(__m256 x) { return Sleef_##name##f8_u10avx(x); }       \
-  [[gnu::used, gnu::target("avx512f")]] inline __m512 name##_e(__m512 x) __asm__(                       \
-      "_ZGVeN16v_strata_sleef_" #name "f");                                                              \
+#define STRATA_SLEEF_DEFINE(name)                                                                                      \
+  [[gnu::used]] inline float name##_1(float x) __asm__("strata_sleef_" #name "f");                                     \
+  inline float name##_1(float x) { return _mm_cvtss_f32(Sleef_##name##f4_u10sse2(_mm_set1_ps(x))); }                   \
+  [[gnu::used]] inline __m128 name##_b(__m128 x) __asm__("_ZGVbN4v_strata_sleef_" #name "f");                          \
+  inline __m128 name##_b(__m128 x) { return Sleef_##name##f4_u10sse2(x); }                                             \
+  [[gnu::used, gnu::target("avx")]] inline __m256 name##_c(__m256 x) __asm__("_ZGVcN8v_strata_sleef_" #name "f");      \
+  [[gnu::target("avx")]] inline __m256 name##_c(__m256 x) { return Sleef_##name##f8_u10avx(x); }                       \
+  [[gnu::used, gnu::target("avx2")]] inline __m256 name##_d(__m256 x) __asm__("_ZGVdN8v_strata_sleef_" #name "f");     \
+  [[gnu::target("avx2")]] inline __m256 name##_d(__m256 x) { return Sleef_##name##f8_u10avx(x); }                      \
+  [[gnu::used, gnu::target("avx512f")]] inline __m512 name##_e(__m512 x) __asm__("_ZGVeN16v_strata_sleef_" #name "f"); \
   [[gnu::target("avx512f")]] inline __m512 name##_e(__m512 x) { return Sleef_##name##f16_u10avx512fnofma(x); }
 
 STRATA_SLEEF_DEFINE(exp)

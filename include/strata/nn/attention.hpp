@@ -28,7 +28,7 @@ struct causal_self_attention {
   struct cache {
     column_parallel_linear::cache<Space> qkv;
     row_parallel_linear::cache<Space> proj;
-    tensor<float, Space> qkv_out;   // [B, S, 3 D/T]: per head q, k, v side by side
+    tensor<float, Space> qkv_out;  // [B, S, 3 D/T]: per head q, k, v side by side
     // What backward needs of the softmax (attention_core.hpp): the probabilities [B, H/T,
     // S, S] on a GPU, each row's log-sum-exp [B, H/T, S] on the host.
     tensor<float, Space> saved;

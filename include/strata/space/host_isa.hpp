@@ -13,12 +13,9 @@ enum class host_isa : unsigned char { sse2, avx2, avx512 };
 
 inline const char* name_of(host_isa i) {
   switch (i) {
-    case host_isa::avx512:
-      return "avx512";
-    case host_isa::avx2:
-      return "avx2";
-    case host_isa::sse2:
-      break;
+    case host_isa::avx512: return "avx512";
+    case host_isa::avx2: return "avx2";
+    case host_isa::sse2: break;
   }
   return "sse2";
 }

@@ -54,12 +54,9 @@ STRATA_HOST_LOOPS(avx512, target("avx512f"), optimize("fp-contract=off"))
 template <class F>
 void elementwise(std::int64_t n, F&& f) {
   switch (host_simd()) {
-    case host_isa::avx512:
-      return elementwise_avx512(n, f);
-    case host_isa::avx2:
-      return elementwise_avx2(n, f);
-    case host_isa::sse2:
-      break;
+    case host_isa::avx512: return elementwise_avx512(n, f);
+    case host_isa::avx2: return elementwise_avx2(n, f);
+    case host_isa::sse2: break;
   }
   elementwise_sse2(n, f);
 }
@@ -68,12 +65,9 @@ void elementwise(std::int64_t n, F&& f) {
 template <class F>
 void for_rows(std::int64_t rows, std::int64_t row_cost, F&& f) {
   switch (host_simd()) {
-    case host_isa::avx512:
-      return for_rows_avx512(rows, row_cost, f);
-    case host_isa::avx2:
-      return for_rows_avx2(rows, row_cost, f);
-    case host_isa::sse2:
-      break;
+    case host_isa::avx512: return for_rows_avx512(rows, row_cost, f);
+    case host_isa::avx2: return for_rows_avx2(rows, row_cost, f);
+    case host_isa::sse2: break;
   }
   for_rows_sse2(rows, row_cost, f);
 }

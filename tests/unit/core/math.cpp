@@ -41,11 +41,30 @@ std::int64_t ulps(float a, float b) {
 
 std::vector<float> sweep_inputs() {
   std::vector<float> x;
-  for (std::uint64_t u = 0; u < (std::uint64_t{1} << 32); u += 509) x.push_back(from_bits(static_cast<std::uint32_t>(u)));
+  for (std::uint64_t u = 0; u < (std::uint64_t{1} << 32); u += 509)
+    x.push_back(from_bits(static_cast<std::uint32_t>(u)));
   constexpr float inf = std::numeric_limits<float>::infinity();
-  for (float v : {0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::min(),
-                  std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
-                  88.72f, 88.7228f, 88.73f, -87.33f, -103.97f, -104.0f, 1e-30f, -1e-30f, 9.0f, -9.0f, 10.0f, -10.0f})
+  for (float v : {0.0f,
+                  -0.0f,
+                  inf,
+                  -inf,
+                  std::numeric_limits<float>::quiet_NaN(),
+                  std::numeric_limits<float>::min(),
+                  std::numeric_limits<float>::denorm_min(),
+                  std::numeric_limits<float>::max(),
+                  -std::numeric_limits<float>::max(),
+                  88.72f,
+                  88.7228f,
+                  88.73f,
+                  -87.33f,
+                  -103.97f,
+                  -104.0f,
+                  1e-30f,
+                  -1e-30f,
+                  9.0f,
+                  -9.0f,
+                  10.0f,
+                  -10.0f})
     x.push_back(v);
   // Where the layers' inputs live, densely: every float of magnitude in [2^-4, 2^4) at
   // a stride of 61 (the mantissa's low bits all vary).
@@ -66,21 +85,11 @@ struct apply_fn {
     // One branch per call site is outside the loop's body after unswitching; the loop
     // for each function is also written out below, where the vector forms are checked.
     switch (f) {
-      case fn::exp:
-        y[i] = strata::math::exp(x[i]);
-        break;
-      case fn::expm1:
-        y[i] = strata::math::expm1(x[i]);
-        break;
-      case fn::tanh:
-        y[i] = strata::math::tanh(x[i]);
-        break;
-      case fn::erf:
-        y[i] = strata::math::erf(x[i]);
-        break;
-      case fn::sigmoid:
-        y[i] = strata::math::sigmoid(x[i]);
-        break;
+      case fn::exp: y[i] = strata::math::exp(x[i]); break;
+      case fn::expm1: y[i] = strata::math::expm1(x[i]); break;
+      case fn::tanh: y[i] = strata::math::tanh(x[i]); break;
+      case fn::erf: y[i] = strata::math::erf(x[i]); break;
+      case fn::sigmoid: y[i] = strata::math::sigmoid(x[i]); break;
     }
   }
 };
@@ -94,14 +103,10 @@ struct apply_one {
 
 float libm(fn f, float x) {
   switch (f) {
-    case fn::exp:
-      return std::exp(x);
-    case fn::expm1:
-      return std::expm1(x);
-    case fn::tanh:
-      return std::tanh(x);
-    case fn::erf:
-      return std::erf(x);
+    case fn::exp: return std::exp(x);
+    case fn::expm1: return std::expm1(x);
+    case fn::tanh: return std::tanh(x);
+    case fn::erf: return std::erf(x);
     case fn::sigmoid:  // no libm function: the exact value, rounded once
       return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(x))));
   }
@@ -130,14 +135,11 @@ std::vector<float> run_fn(host_isa isa, fn f, const std::vector<float>& x) {
   // The vectorized loop of each function alone (a switch inside the body would keep the
   // compiler from calling the vector forms).
   switch (f) {
-    case fn::exp:
-      return run_at(isa, x, [](const float* a, float* b) { return apply_one<strata::math::exp>{a, b}; });
+    case fn::exp: return run_at(isa, x, [](const float* a, float* b) { return apply_one<strata::math::exp>{a, b}; });
     case fn::expm1:
       return run_at(isa, x, [](const float* a, float* b) { return apply_one<strata::math::expm1>{a, b}; });
-    case fn::tanh:
-      return run_at(isa, x, [](const float* a, float* b) { return apply_one<strata::math::tanh>{a, b}; });
-    case fn::erf:
-      return run_at(isa, x, [](const float* a, float* b) { return apply_one<strata::math::erf>{a, b}; });
+    case fn::tanh: return run_at(isa, x, [](const float* a, float* b) { return apply_one<strata::math::tanh>{a, b}; });
+    case fn::erf: return run_at(isa, x, [](const float* a, float* b) { return apply_one<strata::math::erf>{a, b}; });
     case fn::sigmoid:
       return run_at(isa, x, [](const float* a, float* b) { return apply_one<strata::math::sigmoid>{a, b}; });
   }
@@ -221,8 +223,10 @@ TEST_CASE("math: gelu's forms give the same bits at every SIMD width") {
   using strata::nn::detail::gelu_tanh;
   const auto all = [&](host_isa isa) {
     std::vector<std::vector<float>> out;
-    out.push_back(run_at(isa, x, [](const float* a, float* b) { return strata::nn::detail::gelu_forward_fn<gelu_erf>{a, b}; }));
-    out.push_back(run_at(isa, x, [](const float* a, float* b) { return strata::nn::detail::gelu_forward_fn<gelu_tanh>{a, b}; }));
+    out.push_back(
+        run_at(isa, x, [](const float* a, float* b) { return strata::nn::detail::gelu_forward_fn<gelu_erf>{a, b}; }));
+    out.push_back(
+        run_at(isa, x, [](const float* a, float* b) { return strata::nn::detail::gelu_forward_fn<gelu_tanh>{a, b}; }));
     return out;
   };
   const auto base = all(host_isa::sse2);

@@ -82,7 +82,7 @@ struct blocked_attention_forward_fn {
           // The running max, and the old terms rescaled to it (exactly 1 when it holds).
           const float mb = row.max(seen, [&](std::int64_t j) { return sr[j]; });
           const float mn = mb > m[r] ? mb : m[r];
-          const float alpha = math::exp(m[r] - mn);
+          const float alpha = mn == m[r] ? 1.0f : math::exp(m[r] - mn);  // exp(-inf) is 0
           // The masked tail apart: GCC does not vectorize a call under a condition.
           row.for_each(seen, [&](std::int64_t j) { sr[j] = math::exp(sr[j] - mn); });
           row.for_each(nk - seen, [&](std::int64_t j) { sr[seen + j] = 0.0f; });
@@ -149,8 +149,8 @@ struct blocked_attention_backward_fn {
           // P = exp(scale q k^T - lse), causal; dP = dO v^T.
           Ops::gemm(exec, transpose::no, transpose::yes, nq, nk, hd, scale, Q + i0 * l.ldq, l.ldq, K + j0 * l.ldkv,
                     l.ldkv, 0.0f, p, nk);
-          Ops::gemm(exec, transpose::no, transpose::yes, nq, nk, hd, 1.0f, dO + i0 * ldo, ldo, V + j0 * l.ldkv,
-                    l.ldkv, 0.0f, dp, nk);
+          Ops::gemm(exec, transpose::no, transpose::yes, nq, nk, hd, 1.0f, dO + i0 * ldo, ldo, V + j0 * l.ldkv, l.ldkv,
+                    0.0f, dp, nk);
           for (std::int64_t r = 0; r < nq; ++r) {
             float *pr = p + r * nk, *dr = dp + r * nk;
             const std::int64_t seen = std::clamp<std::int64_t>(i0 + r - j0 + 1, 0, nk);

@@ -97,7 +97,7 @@ inline float attention_scale(std::int64_t hd) { return static_cast<float>(1.0 / 
 // probs [B, H, S, S] = causal softmax(q k^T / sqrt(hd)); out [B, S, H hd] = probs v.
 template <class Ctx>
 void attention_forward_full(Ctx& ctx, const attention_layout& l, const float* q, const float* k, const float* v,
-                       float* probs, float* out) {
+                            float* probs, float* out) {
   using ops = ops_of<Ctx>;
   const auto exec = exec_of(ctx);
   const attention_walk w(l, ops::prefers_batched);
@@ -120,8 +120,8 @@ void attention_forward_full(Ctx& ctx, const attention_layout& l, const float* q,
 // reused by the next step only after this one's GEMMs (one stream).
 template <class Ctx>
 void attention_backward_full(Ctx& ctx, const attention_layout& l, const float* q, const float* k, const float* v,
-                        const float* probs, const float* d_out, float* dq, float* dk, float* dv,
-                        tensor<float, space_of<Ctx>>& d_scores) {
+                             const float* probs, const float* d_out, float* dq, float* dk, float* dv,
+                             tensor<float, space_of<Ctx>>& d_scores) {
   using ops = ops_of<Ctx>;
   const auto exec = exec_of(ctx);
   const attention_walk w(l, ops::prefers_batched);
@@ -155,9 +155,9 @@ void attention_forward_blocked(Ctx& ctx, const attention_layout& l, const float*
                                float* lse, float* out) {
   using ops = ops_of<Ctx>;
   check_blocked_attention(l);
-  ops::rows(exec_of(ctx), l.B * l.H, l.S * l.S * l.hd,
-            blocked_attention_forward_fn<ops, attention_layout>{exec_of(ctx), l, q, k, v, lse, out,
-                                                                attention_scale(l.hd)});
+  ops::rows(
+      exec_of(ctx), l.B * l.H, l.S * l.S * l.hd,
+      blocked_attention_forward_fn<ops, attention_layout>{exec_of(ctx), l, q, k, v, lse, out, attention_scale(l.hd)});
 }
 
 // dq (written), dk and dv (written) from the forward's out and lse, in blocks.
