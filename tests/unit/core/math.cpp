@@ -3,6 +3,7 @@
 // special values, run in ops<host>::map: the vectorized loops the layers run, at every
 // SIMD width this CPU has (space/host_isa.hpp), and compared bit for bit across widths.
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -237,4 +238,19 @@ TEST_CASE("math: gelu's forms give the same bits at every SIMD width") {
       CHECK(std::memcmp(y[k].data(), base[k].data(), x.size() * sizeof(float)) == 0);
     }
   }
+}
+
+TEST_CASE("STRATA_HOST_SIMD caps the width, never above the CPU's; anything else is the CPU's") {
+  const host_isa cpu = strata::detail::cpu_host_isa();
+  const auto with = [](const char* v) {
+    ::setenv("STRATA_HOST_SIMD", v, 1);
+    const host_isa i = strata::detail::initial_host_isa();
+    ::unsetenv("STRATA_HOST_SIMD");
+    return i;
+  };
+  CHECK(with("sse2") == host_isa::sse2);
+  CHECK(with("avx2") == (cpu < host_isa::avx2 ? cpu : host_isa::avx2));
+  CHECK(with("avx512") == cpu);
+  CHECK(with("avx1024") == cpu);  // with a warning on stderr
+  CHECK(with("") == cpu);
 }
