@@ -3,8 +3,8 @@
 // special values, run in ops<host>::map: the vectorized loops the layers run, at every
 // SIMD width this CPU has (space/host_isa.hpp), and compared bit for bit across widths.
 #include <cmath>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
