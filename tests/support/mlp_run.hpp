@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "../../examples/mlp/model.hpp"
+#include "relative_distance.hpp"
 
 namespace test {
 
@@ -54,17 +55,6 @@ mlp_result run_mlp(strata::grid<strata::world_comm>& g, const mlp_setup& s, Mode
 template <class Sharding, class Optimizer = strata::adamw, class Precision = strata::fp32>
 mlp_result run_mlp(strata::grid<strata::world_comm>& g, const mlp_setup& s) {
   return run_mlp<Sharding, Optimizer, Precision>(g, s, mlp::make_model(s.shape));
-}
-
-// ||a - b||_2 / ||b||_2: the relative distance of two weight vectors.
-inline double relative_distance(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const double d = static_cast<double>(a[i]) - b[i];
-    num += d * d;
-    den += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(num / den);
 }
 
 }  // namespace test

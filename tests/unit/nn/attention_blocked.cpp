@@ -12,6 +12,7 @@
 #include <strata/nn/detail/attention_core.hpp>
 #include <strata/space/host_ops.hpp>
 
+#include "relative_distance.hpp"
 #include "support.hpp"
 
 using namespace nn_test;
@@ -78,17 +79,6 @@ result run_blocked(const problem& p, tensor<float>* saved_out = nullptr) {
   return r;
 }
 
-// ||a - b|| / ||b||.
-double normwise(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0.0, den = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const double d = static_cast<double>(a[i]) - b[i];
-    num += d * d;
-    den += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(num / den);
-}
-
 }  // namespace
 
 TEST_CASE("blocked attention matches the full form, multi-head and grouped-query, across block edges") {
@@ -102,8 +92,8 @@ TEST_CASE("blocked attention matches the full form, multi-head and grouped-query
     // a few float roundings per term over chains of three GEMMs: 2e-7 normwise measured
     // (float's epsilon is 1.2e-7). 2e-6 leaves a factor of ten and fails on any wrong
     // mask, scale or block offset (>= 1e-2).
-    CHECK(normwise(blocked.out, full.out) < 2e-6);
-    CHECK(normwise(blocked.dqkv, full.dqkv) < 2e-6);
+    CHECK(test::relative_distance(blocked.out, full.out) < 2e-6);
+    CHECK(test::relative_distance(blocked.dqkv, full.dqkv) < 2e-6);
   }
 }
 
