@@ -11,6 +11,12 @@ weights with AdamW (weight decay 0.01 on tensors of rank >= 2, none on 1-D, cons
 step s reading windows [s B, (s + 1) B) of seq + 1 tokens as strata does. The report has
 the losses, tokens/s over the steps after the first, and the peak resident memory
 (ru_maxrss) to compare with strata's `memory_per_rank`.
+
+For the README's table beside `bench/train --models qwen2`, `--size S|M|L` takes the
+shape of bench/train's size of that name (the demo's config with its sizes replaced) in
+place of `--config`, and without `--data` the windows are seeded random tokens:
+
+    OMP_NUM_THREADS=2 python3 bench/peers/qwen2_finetune.py --size M --precision fp32 --steps 6
 """
 import argparse
 import json
@@ -18,9 +24,28 @@ import resource
 import struct
 import time
 
+import os
+
 import numpy as np
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
+
+# bench/train's Qwen2 sizes: hidden, intermediate, layers, heads, kv heads, seq, vocab, batch.
+SIZES = {
+    "S": (128, 352, 4, 8, 2, 64, 258, 32),
+    "M": (256, 704, 4, 8, 2, 128, 512, 16),
+    "L": (512, 1408, 6, 8, 2, 256, 1024, 8),
+}
+DEMO_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "qwen2", "configs",
+                           "demo.json")
+
+
+def sized_config(name):
+    hidden, ffn, layers, heads, kv_heads, seq, vocab, _ = SIZES[name]
+    cfg = json.load(open(DEMO_CONFIG))
+    cfg.update(hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers, num_attention_heads=heads,
+               num_key_value_heads=kv_heads, vocab_size=vocab, max_position_embeddings=max(seq, 512))
+    return cfg
 
 
 def read_tokens(path):
@@ -32,10 +57,12 @@ def read_tokens(path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--config", required=True, help="a Qwen2 config.json")
-    ap.add_argument("--data", required=True, help="a token file (llm.c layout)")
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=2)
+    shape = ap.add_mutually_exclusive_group(required=True)
+    shape.add_argument("--config", help="a Qwen2 config.json")
+    shape.add_argument("--size", choices=sorted(SIZES), help="bench/train's shape, seq and batch of this name")
+    ap.add_argument("--data", default="", help="a token file (llm.c layout); default: seeded random tokens")
+    ap.add_argument("--seq", type=int, default=None, help="default: the size's, else 256")
+    ap.add_argument("--batch", type=int, default=None, help="default: the size's, else 2")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="bf16",
@@ -43,7 +70,12 @@ def main():
     ap.add_argument("--report", default="")
     a = ap.parse_args()
 
-    cfg = Qwen2Config(**{k: v for k, v in json.load(open(a.config)).items() if k != "architectures"})
+    raw = sized_config(a.size) if a.size else json.load(open(a.config))
+    if a.seq is None:
+        a.seq = SIZES[a.size][5] if a.size else 256
+    if a.batch is None:
+        a.batch = SIZES[a.size][7] if a.size else 2
+    cfg = Qwen2Config(**{k: v for k, v in raw.items() if k != "architectures"})
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(cfg).train()
@@ -51,7 +83,10 @@ def main():
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=a.lr, fused=True)
-    tokens = read_tokens(a.data)
+    if a.data:
+        tokens = read_tokens(a.data)
+    else:
+        tokens = np.random.default_rng(0).integers(0, cfg.vocab_size, a.batch * a.steps * (a.seq + 1) + 1)
     windows = (len(tokens) - 1) // a.seq
     losses, seconds = [], []
     for s in range(a.steps):

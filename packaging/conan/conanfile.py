@@ -9,7 +9,9 @@
 # System requirements in every configuration: an OpenMP compiler and OpenBLAS (its
 # OpenMP build preferred, Debian's libopenblas-openmp-dev), and on x86-64 SLEEF
 # (libsleef-dev); with cuda=True, the CUDA
-# toolkit (12.3 or later: cudart, cuBLAS, CCCL) and NCCL 2.18 or later.
+# toolkit (12.3 or later: cudart, cuBLAS, CCCL) and NCCL 2.18 or later. With mlflow=True
+# the package has a strata::mlflow target (observe/mlflow.hpp, MLflow tracking) over
+# libcurl.
 import os
 import re
 
@@ -29,8 +31,8 @@ class StrataConan(ConanFile):
     topics = ("deep-learning", "distributed-training", "mpi", "nccl", "cuda", "header-only")
     package_type = "header-library"
     settings = "os", "arch", "compiler", "build_type"
-    options = {"mpi": [True, False], "cuda": [True, False]}
-    default_options = {"mpi": True, "cuda": False}
+    options = {"mpi": [True, False], "cuda": [True, False], "mlflow": [True, False]}
+    default_options = {"mpi": True, "cuda": False, "mlflow": False}
     no_copy_source = True
 
     # The recipe lives in packaging/conan; the sources are the repository's.
@@ -55,6 +57,8 @@ class StrataConan(ConanFile):
         self.requires("nlohmann_json/[>=3.10 <4]")
         if self.options.mpi:
             self.requires("openmpi/[>=4.1 <6]")
+        if self.options.mlflow:
+            self.requires("libcurl/[>=7.78 <9]")
 
     def package_id(self):
         self.info.clear()
@@ -80,8 +84,16 @@ class StrataConan(ConanFile):
         # among the dependencies (nor may a component name it): strata-conan.cmake finds it.
         targets = {"boost": "boost::headers", "nlohmann_json": "nlohmann_json::nlohmann_json",
                    "openmpi": "openmpi::openmpi"}
-        core.requires = [targets[d.ref.name] for d in self.dependencies.direct_host.values()
-                         if d.ref.name in targets]
+        direct = [d.ref.name for d in self.dependencies.direct_host.values()]
+        core.requires = [targets[name] for name in direct if name in targets]
+        if self.options.mlflow:
+            mlflow = self.cpp_info.components["mlflow"]
+            mlflow.set_property("cmake_target_name", "strata::mlflow")
+            mlflow.bindirs = []
+            mlflow.libdirs = []
+            mlflow.includedirs = []
+            mlflow.defines = ["STRATA_HAS_MLFLOW=1"]
+            mlflow.requires = ["core"] + (["libcurl::libcurl"] if "libcurl" in direct else [])
         if self.options.cuda:
             cuda = self.cpp_info.components["cuda"]
             cuda.set_property("cmake_target_name", "strata::cuda")
@@ -89,7 +101,7 @@ class StrataConan(ConanFile):
             cuda.libdirs = []
             cuda.includedirs = []
             cuda.requires = ["core"]  # strata-conan.cmake adds the rest, as strataCuda.cmake does
-        # Threads, OpenMP, OpenBLAS and (cuda=True) CUDA and NCCL come from the system:
+        # Threads, OpenMP, OpenBLAS, SLEEF and (cuda=True) CUDA and NCCL come from the system:
         # the module finds them and links them into the targets above, and also finds
         # the Conan requirements that a [platform_requires] profile left to the system.
         self.cpp_info.set_property("cmake_build_modules", [module])

@@ -1,7 +1,7 @@
 # Included by the strata config that Conan's CMakeDeps generates, after it has made
 # strata::strata (and strata::cuda): what a header-only package of strata needs from the
 # system, linked into those targets. Requirements that a [platform_requires] profile
-# leaves to the system (Boost, nlohmann_json, Open MPI) are found here too; where Conan
+# leaves to the system (Boost, nlohmann_json, Open MPI, libcurl) are found here too; where Conan
 # provides them, their targets exist already and nothing is searched.
 include(CMakeFindDependencyMacro)
 find_dependency(Threads)
@@ -37,6 +37,12 @@ if(TARGET strata::cuda)
   find_dependency(NCCL)  # FindNCCL.cmake, packaged beside this file
   include("${CMAKE_CURRENT_LIST_DIR}/strataCudaUsage.cmake")
   strata_cuda_usage(strata::cuda)
+endif()
+if(TARGET strata::mlflow)
+  if(NOT TARGET CURL::libcurl)
+    find_dependency(CURL)
+  endif()
+  target_link_libraries(strata::mlflow INTERFACE CURL::libcurl)
 endif()
 unset(_strata_conan_links)
 unset(_strata_conan_defs)

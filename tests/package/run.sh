@@ -3,7 +3,8 @@
 # a consumer project that finds it with find_package(strata CONFIG REQUIRED); then the
 # same install moved to another prefix (relocated), and strata taken by add_subdirectory
 # and by FetchContent from the source tree (tests/package/subproject), and the vcpkg
-# overlay port staged by packaging/vcpkg/stage.cmake (with its cuda feature where nvcc is).
+# overlay port staged by packaging/vcpkg/stage.cmake (with its cuda feature where nvcc is,
+# its mlflow feature where libcurl is).
 # usage: run.sh SOURCE_DIR WORK_DIR CMAKE MPIEXEC
 set -euo pipefail
 src=$1 work=$2 cmake=$3 mpiexec=$4
@@ -31,8 +32,10 @@ mv "$work/prefix" "$work/moved-prefix"
 sub relocated -DSTRATA_CONSUME=find_package -DCMAKE_PREFIX_PATH="$work/moved-prefix"
 sub subdirectory -DSTRATA_CONSUME=subdirectory -DSTRATA_SOURCE="$src" -DSTRATA_ENABLE_CUDA=OFF
 sub fetchcontent -DSTRATA_CONSUME=fetchcontent -DSTRATA_SOURCE="$src" -DSTRATA_ENABLE_CUDA=OFF
-features=mpi
-if command -v nvcc >/dev/null; then features="mpi;cuda"; fi
+features=mpi mlflow=OFF
+if command -v nvcc >/dev/null; then features="$features;cuda"; fi
+if command -v curl-config >/dev/null; then features="$features;mlflow" mlflow=ON; fi
 "$cmake" -DSTAGE="$work/vcpkg" -DFEATURES="$features" -P "$src/packaging/vcpkg/stage.cmake"
-sub vcpkg -DSTRATA_CONSUME=find_package -DCMAKE_PREFIX_PATH="$work/vcpkg/installed/x64-linux"
+sub vcpkg -DSTRATA_CONSUME=find_package -DCMAKE_PREFIX_PATH="$work/vcpkg/installed/x64-linux" \
+  -DSTRATA_EXPECT_MLFLOW=$mlflow
 echo "package: find_package, relocated, add_subdirectory, FetchContent and vcpkg-port consumers ran"

@@ -283,8 +283,11 @@ class mlflow_run {
 
  private:
   bool start() {
-    auto got = http_->json_request(
-        "GET", o_.uri + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=" + escape_query(o_.experiment), "");
+    const auto lookup = [&] {
+      return http_->json_request(
+          "GET", o_.uri + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=" + escape_query(o_.experiment), "");
+    };
+    auto got = lookup();
     if (got.status == 0) {
       std::fprintf(stderr,
                    "strata: warning: MLflow tracking server %s cannot be reached (%s); training goes on without it\n",
@@ -298,10 +301,7 @@ class mlflow_run {
       auto made = http_->json_request("POST", o_.uri + "/api/2.0/mlflow/experiments/create",
                                       nlohmann::json{{"name", o_.experiment}}.dump());
       // Another job may have created it in between: look it up again.
-      if (!made.ok())
-        made = http_->json_request(
-            "GET", o_.uri + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=" + escape_query(o_.experiment),
-            "");
+      if (!made.ok()) made = lookup();
       const nlohmann::json m = parse(made.body);
       experiment_id_ =
           m.contains("experiment") ? m["experiment"].value("experiment_id", "") : m.value("experiment_id", "");

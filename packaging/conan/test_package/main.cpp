@@ -1,10 +1,15 @@
 // The Conan package's consumer: a 2-process all_reduce and one data-parallel training
 // step through the umbrella header. Exits non-zero unless the sum is right on every
-// rank and the step changed the weights with a finite loss.
+// rank and the step changed the weights with a finite loss. With strata::mlflow (the
+// mlflow=True package), a run against a port where no server listens must warn and be
+// inactive: libcurl linked and called, training unaffected.
 #include <cmath>
 #include <cstdio>
 #include <strata/strata.hpp>
 #include <vector>
+#if STRATA_HAS_MLFLOW
+#include <strata/observe/mlflow.hpp>
+#endif
 
 struct model {
   strata::nn::linear fc;
@@ -34,6 +39,13 @@ int main(int argc, char** argv) {
   const auto stats = tr.step(b);
   const auto after = strata::weights_hash_of(tr);
   ok = ok && stats.step == 1 && std::isfinite(stats.loss) && before != after;
+#if STRATA_HAS_MLFLOW
+  if (world.rank() == 0) {
+    const strata::mlflow_run run({.uri = "http://127.0.0.1:9", .timeout_s = 5});
+    ok = ok && !run.active();
+    std::printf("strata::mlflow: an unreachable server leaves the run %s\n", run.active() ? "ACTIVE" : "inactive");
+  }
+#endif
   std::printf("strata %s, rank %d of %d: all_reduce and a training step (loss %.4f) %s\n", STRATA_VERSION_STRING,
               world.rank(), world.size(), stats.loss, ok ? "ok" : "WRONG");
   return ok ? 0 : 1;

@@ -1,5 +1,5 @@
 # Overlay port of strata: headers and the CMake package, nothing compiled.
-#   vcpkg install strata --overlay-ports=<strata>/packaging/vcpkg   (features: mpi, cuda)
+#   vcpkg install strata --overlay-ports=<strata>/packaging/vcpkg   (features: mpi, cuda, mlflow)
 # The sources are this repository's checkout; a registry port would take them with
 # vcpkg_from_github at a release tag instead.
 set(VCPKG_BUILD_TYPE release)  # header-only: one configuration is the whole package
@@ -9,6 +9,7 @@ vcpkg_check_features(OUT_FEATURE_OPTIONS FEATURE_OPTIONS
   FEATURES
     mpi STRATA_ENABLE_MPI
     cuda STRATA_ENABLE_CUDA
+    mlflow STRATA_ENABLE_MLFLOW
 )
 vcpkg_cmake_configure(
   SOURCE_PATH "${SOURCE_PATH}"
