@@ -1,9 +1,11 @@
 // strata-gpu: any
 // Reflection under nvcc: layers with exactly one field (nn::embedding, nn::gelu,
 // nn::position_embedding, a user's one-param layer) are counted and named as g++ names
-// them, so any model trains from a .cu file. Needs no GPU: it runs wherever it builds.
+// them, so any model trains from a .cu file; an aggregate with a reference field is
+// counted by fields.hpp's own probe there too. Needs no GPU: it runs wherever it builds.
 #include <strata/cuda.cuh>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "catch.hpp"
@@ -22,7 +24,18 @@ struct model {
   std::vector<strata::nn::linear> heads;
 };
 
+struct tied {  // not a layer (concepts.hpp says so), but counted quickly to say it
+  strata::nn::linear& fc;
+  strata::param<float> bias;
+};
+
 }  // namespace
+
+TEST_CASE("nvcc counts an aggregate with a reference field") {
+  STATIC_REQUIRE(strata::detail::field_count_v<tied> == 2);
+  STATIC_REQUIRE(std::is_same_v<strata::detail::field_t<0, tied>, strata::nn::linear>);
+  STATIC_REQUIRE_FALSE(strata::layer<tied>);
+}
 
 TEST_CASE("nvcc counts and names one-field layers") {
   STATIC_REQUIRE(strata::detail::field_count_v<strata::nn::embedding> == 1);

@@ -1,6 +1,7 @@
 // Reflection of user models: field names on this Boost, the concepts, the dotted param
 // names of a nested model with a vector of blocks, and the order of layers.
 #include <array>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include <strata/model/concepts.hpp>
+#include <strata/model/detail/fields.hpp>
 #include <strata/model/field_names.hpp>
 #include <strata/model/reflect.hpp>
 
@@ -55,6 +57,28 @@ struct model_with_bad_layer {
 struct layer_with_bad_member {
   st::linear fc;
   with_private_field inner;
+};
+
+// Aggregates that cannot be value-initialized, which fields.hpp counts itself: a
+// reference first or last, a layer holding one, and a move-only field beside such a layer.
+struct reference_first {
+  st::linear& fc;
+  param<float> bias;
+  int n;
+};
+struct reference_last {
+  param<float> a;
+  param<float> b;
+  const param<float>& c;
+};
+struct holds_reference_layer {
+  st::embedding embed;
+  reference_first head;
+  st::linear out;
+};
+struct move_only_and_reference {
+  std::unique_ptr<int> owned;
+  reference_first head;
 };
 
 // A layer holding a range of sub-layers, a tensor, a string and a vector of floats.
@@ -148,6 +172,31 @@ TEST_CASE("the concepts accept layers and models and reject what PFR cannot refl
   STATIC_REQUIRE_FALSE(strata::model<model_with_value>);
   STATIC_REQUIRE_FALSE(strata::model<model_with_bad_layer>);
   STATIC_REQUIRE_FALSE(strata::model<std::vector<st::block>>);
+}
+
+TEST_CASE("aggregates with a reference field are counted and read field by field", "[model][concepts]") {
+  using strata::detail::field_count_v;
+  using strata::detail::field_t;
+  STATIC_REQUIRE(field_count_v<reference_first> == 3);
+  STATIC_REQUIRE(field_count_v<reference_last> == 3);
+  STATIC_REQUIRE(field_count_v<holds_reference_layer> == 3);
+  STATIC_REQUIRE(field_count_v<move_only_and_reference> == 2);
+  STATIC_REQUIRE(std::is_same_v<field_t<0, reference_first>, st::linear>);
+  STATIC_REQUIRE(std::is_same_v<field_t<2, reference_first>, int>);
+  STATIC_REQUIRE(std::is_same_v<field_t<2, reference_last>, const param<float>>);
+  STATIC_REQUIRE(std::is_same_v<field_t<1, holds_reference_layer>, reference_first>);
+  STATIC_REQUIRE(std::is_same_v<field_t<1, move_only_and_reference>, reference_first>);
+
+  st::linear shared;
+  reference_first r{shared, {}, 7};
+  CHECK(&strata::detail::field<0>(r) == &shared);
+  CHECK(&strata::detail::field<1>(r) == &r.bias);
+  CHECK(strata::detail::field<2>(std::as_const(r)) == 7);
+
+  // Still not layers or models: the reference is what concepts.hpp reports.
+  STATIC_REQUIRE_FALSE(strata::layer<reference_first>);
+  STATIC_REQUIRE_FALSE(strata::layer<reference_last>);
+  STATIC_REQUIRE_FALSE(strata::model<holds_reference_layer>);
 }
 
 TEST_CASE("for_each_param visits a nested model in declaration order with dotted names", "[model][reflect]") {
