@@ -1,7 +1,8 @@
 // strata-gpu: required
 // The nn layers in the CUDA space against the same layers on the host, on the same data:
 // linear (cuBLAS), relu, gelu (erf and tanh forms), softmax cross-entropy and mse, forward
-// and backward; the bad-target error; the same bits run to run; no allocation on reuse.
+// and backward; the bad-target error; the same bits run to run; no allocation on reuse;
+// column sums by the host's row chunks and scatters in token order, bit for bit.
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -12,7 +13,9 @@
 #include <strata/nn/relu.hpp>
 #include <strata/nn/softmax_cross_entropy.hpp>
 #include <strata/space/cuda_ops.cuh>
+#include <strata/space/host_ops.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "catch.hpp"
@@ -127,8 +130,63 @@ TEST_CASE("linear: cuBLAS forward and backward match the host layer") {
         for (std::int64_t r = 0; r < rows; ++r) scale += std::abs(static_cast<double>(dy[r * out + o]) * x[r * in + i]);
         require_close("weight.grad", o * in + i, gw[o * in + i], hgw[o * in + i], rel * scale);
       }
-    // The bias gradient sums each column over rows in order, in double, on both sides.
+    // The bias gradient sums each column by the same row chunks, in double, on both sides.
     if (with_bias) CHECK(same_bits(read(d.bias.grad(), d.bias.numel()), hgb));
+  }
+}
+
+TEST_CASE("add_column_sums: the device adds the host's row chunks in the host's order") {
+  std::mt19937 rng(31);
+  // One chunk, five (the last of one row), and bias-gradient size (64 chunks x 768).
+  for (const auto& size : {std::pair<std::int64_t, std::int64_t>{100, 130}, {513, 130}, {8192, 768}}) {
+    const std::int64_t rows = size.first, cols = size.second;
+    INFO(rows << " x " << cols);
+    auto x = random_values(static_cast<std::size_t>(rows * cols), rng, -3.0f, 3.0f);
+    // Column 0 sums to 128 by chunks and to 255 in row order (tests/unit/space/ops.cpp).
+    const std::int64_t chunk = strata::detail::column_chunk_rows;
+    for (std::int64_t i = 0; i < rows; ++i) x[i * cols] = i == chunk - 1 ? 1e17f : i == chunk ? -1e17f : 1.0f;
+    const auto start = random_values(static_cast<std::size_t>(cols), rng);
+    std::vector<float> host = start;
+    strata::ops<strata::host>::add_column_sums({}, rows, cols, nn::detail::matrix_term{x.data(), cols}, host.data());
+    const device_tensor dx = device_of({rows, cols}, x);
+    for (int pass = 0; pass < 2; ++pass) {
+      const bool with_scratch = pass == 0;
+      INFO((with_scratch ? "the executor's scratch" : "no scratch: stream-ordered memory of its own"));
+      device_env env;
+      auto exec = env.exec.get();
+      if (!with_scratch) exec.scratch = nullptr;
+      device_tensor out = device_of({cols}, start);
+      strata::ops<strata::cuda>::add_column_sums(exec, rows, cols, nn::detail::matrix_term{dx.data(), cols},
+                                                 out.data());
+      env.exec.synchronize();
+      CHECK(same_bits(read(out), host));
+    }
+  }
+}
+
+TEST_CASE("scatter_add_rows: the device adds each row's tokens in token order, the host's bits") {
+  std::mt19937 rng(37);
+  // A table slice [lo, lo + local) of a 1000-id vocabulary: ids outside it are skipped;
+  // id 250 takes a third of the tokens (a long run), the rest are spread out.
+  const std::int64_t n = 8192, d = 300, lo = 200, local = 500;
+  std::uniform_int_distribution<int> id(0, 999), coin(0, 2);
+  std::vector<float> ids(n);
+  for (auto& v : ids) v = static_cast<float>(coin(rng) == 0 ? 250 : id(rng));
+  const auto src = random_values(static_cast<std::size_t>(n * d), rng);
+  const auto start = random_values(static_cast<std::size_t>(local * d), rng);
+  std::vector<float> host = start;
+  strata::ops<strata::host>::scatter_add_rows({}, n, d, lo, local, ids.data(), src.data(), host.data());
+  const device_tensor dids = device_of({n}, ids), dsrc = device_of({n, d}, src);
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool with_scratch = pass == 0;
+    INFO((with_scratch ? "the executor's scratch" : "no scratch: stream-ordered memory of its own"));
+    device_env env;
+    auto exec = env.exec.get();
+    if (!with_scratch) exec.scratch = nullptr;
+    device_tensor out = device_of({local, d}, start);
+    strata::ops<strata::cuda>::scatter_add_rows(exec, n, d, lo, local, dids.data(), dsrc.data(), out.data());
+    env.exec.synchronize();
+    CHECK(same_bits(read(out), host));
   }
 }
 

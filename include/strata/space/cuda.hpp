@@ -209,12 +209,54 @@ static_assert(memory_space<cuda> && memory_space<pinned>);
 template <class T>
 using cuda_buffer = buffer<T, cuda>;
 
-// The CUDA space's executor: the stream a layer's kernels and GEMMs go on, and the
-// cuBLAS handle bound to that stream. The trainer owns both; layers only borrow them.
+// Device memory that the reductions of one stream borrow for partial sums (add_column_sums'
+// chunks). It grows in stream order (cudaMallocAsync after cudaFreeAsync of the smaller
+// one), so growing never waits for the device, and after the first step it stays put;
+// counted in cuda::counters. Used from one stream at a time.
+class cuda_scratch {
+ public:
+  cuda_scratch() = default;
+  cuda_scratch(const cuda_scratch&) = delete;
+  cuda_scratch& operator=(const cuda_scratch&) = delete;
+  ~cuda_scratch() {
+    if (p_) {
+      (void)cudaFree(p_);  // a destructor path, after its stream's work (the owner synchronizes)
+      cuda::counters().sub(bytes_);
+    }
+  }
+  // At least `bytes` for work queued on s from now on.
+  void* get(std::size_t bytes, cudaStream_t s) {
+    if (bytes > bytes_) {
+      release(s);
+      STRATA_CHECK_CUDA(cudaMallocAsync(&p_, bytes, s));
+      bytes_ = bytes;
+      cuda::counters().add(bytes_);
+    }
+    return p_;
+  }
+  // Gives the memory back after the work queued on s so far.
+  void release(cudaStream_t s) {
+    if (!p_) return;
+    STRATA_CHECK_CUDA(cudaFreeAsync(p_, s));
+    cuda::counters().sub(bytes_);
+    p_ = nullptr;
+    bytes_ = 0;
+  }
+  std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  void* p_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// The CUDA space's executor: the stream a layer's kernels and GEMMs go on, the cuBLAS
+// handle bound to that stream, and the scratch its reductions use (none: each call
+// allocates its own in stream order). The trainer owns them; layers only borrow them.
 template <>
 struct executor<cuda> {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
+  cuda_scratch* scratch = nullptr;
 };
 
 template <>

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cub/block/block_reduce.cuh>
+#include <cub/device/device_radix_sort.cuh>
 
 #include "../core/error.hpp"
 #include "../core/shape.hpp"
@@ -34,6 +35,8 @@ inline constexpr std::int64_t cuda_ops_max_blocks = 1 << 16;
 inline unsigned cuda_blocks_for(std::int64_t items) {
   return static_cast<unsigned>(std::max<std::int64_t>(1, std::min(items, cuda_ops_max_blocks)));
 }
+// The most blocks a grid takes in y (CUDA's limit).
+inline constexpr std::int64_t cuda_max_grid_y = 65535;
 inline unsigned cuda_blocks_for_threads(std::int64_t threads) {
   return cuda_blocks_for((threads + cuda_ops_block - 1) / cuda_ops_block);
 }
@@ -113,15 +116,34 @@ __global__ void __launch_bounds__(Block) rows_kernel(std::int64_t rows, F f) {
   }
 }
 
-// One thread per column, summing its rows in order in double: the host's order, with
-// no float atomics.
+// add_column_sums in ops.hpp's order, with no float atomics: one thread per (chunk,
+// column) sums the chunk's rows in order, in double, into partial[chunk, col], which the
+// second kernel adds up in chunk order (one chunk goes straight to out: the same sum).
 template <class Term>
 __global__ void __launch_bounds__(cuda_ops_block)
-    column_sums_kernel(std::int64_t rows, std::int64_t cols, Term term, float* out) {
+    column_chunk_sums_kernel(std::int64_t rows, std::int64_t cols, Term term, double* partial, float* out) {
+  const std::int64_t chunks = column_chunks(rows);
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t c = blockIdx.y; c < chunks; c += gridDim.y) {
+    const std::int64_t i0 = c * column_chunk_rows, i1 = i0 + column_chunk_rows < rows ? i0 + column_chunk_rows : rows;
+    for (std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < cols; j += stride) {
+      double acc = 0.0;
+      for (std::int64_t i = i0; i < i1; ++i) acc += static_cast<double>(term(i, j));
+      if (partial)
+        partial[c * cols + j] = acc;
+      else
+        out[j] = static_cast<float>(out[j] + acc);
+    }
+  }
+}
+
+template <int Block>
+__global__ void __launch_bounds__(Block)
+    add_column_chunks_kernel(std::int64_t chunks, std::int64_t cols, const double* partial, float* out) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < cols; j += stride) {
     double acc = 0.0;
-    for (std::int64_t i = 0; i < rows; ++i) acc += static_cast<double>(term(i, j));
+    for (std::int64_t c = 0; c < chunks; ++c) acc += partial[c * cols + j];
     out[j] = static_cast<float>(out[j] + acc);
   }
 }
@@ -153,27 +175,40 @@ __global__ void __launch_bounds__(Block)
     if (!is_id(values[i], limit, labels)) atomicMin(first, static_cast<unsigned long long>(i));
 }
 
-// out[ids[t] - lo, j] += src[t, j] over tokens t in order. Thread (p, j) owns column j of
-// the rows r with r % parts == p and walks every token: each element has one owner that
-// adds in token order (the host's float sum) with no atomics; `parts` only spreads the
-// rows over more threads.
+// scatter_add_rows by sorted rows. First each token's key: its row of the table, or
+// `local` (sorted last, skipped) for an id the table does not hold.
+template <int Block>
+__global__ void __launch_bounds__(Block) scatter_keys_kernel(std::int64_t n, std::int64_t lo, std::int64_t local,
+                                                             const float* ids, unsigned* keys, unsigned* tokens) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * Block;
+  for (std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * Block + threadIdx.x; t < n; t += stride) {
+    const std::int64_t row = static_cast<std::int64_t>(ids[t]) - lo;
+    keys[t] = static_cast<unsigned>(row >= 0 && row < local ? row : local);
+    tokens[t] = static_cast<unsigned>(t);
+  }
+}
+
+// Then, after a stable sort of (key, token), the block at the first position of each
+// row's run adds that run's source rows into the row, column j by thread j, in token
+// order: the host's float sum for every element, with no atomics and no rescans.
 template <int Block>
 __global__ void __launch_bounds__(Block)
-    scatter_rows_kernel(std::int64_t n, std::int64_t d, std::int64_t lo, std::int64_t local, std::int64_t parts,
-                        const float* ids, const float* src, float* out) {
-  const std::int64_t owners = parts * d, stride = static_cast<std::int64_t>(gridDim.x) * Block;
-  for (std::int64_t o = static_cast<std::int64_t>(blockIdx.x) * Block + threadIdx.x; o < owners; o += stride) {
-    const std::int64_t p = o / d, j = o % d;
-    for (std::int64_t t = 0; t < n; ++t) {
-      const std::int64_t row = static_cast<std::int64_t>(ids[t]) - lo;
-      if (row < 0 || row >= local || row % parts != p) continue;
-      out[row * d + j] += src[t * d + j];
+    scatter_runs_kernel(std::int64_t n, std::int64_t d, std::int64_t local, const unsigned* keys,
+                        const unsigned* tokens, const float* src, float* out) {
+  for (std::int64_t s = blockIdx.x; s < n; s += gridDim.x) {
+    const unsigned row = keys[s];
+    if (row >= local || (s > 0 && keys[s - 1] == row)) continue;
+    float* o = out + static_cast<std::int64_t>(row) * d;
+    for (std::int64_t j = threadIdx.x; j < d; j += Block) {
+      float acc = o[j];
+      for (std::int64_t u = s; u < n && keys[u] == row; ++u) acc += src[static_cast<std::int64_t>(tokens[u]) * d + j];
+      o[j] = acc;
     }
   }
 }
-// Owner threads the scatter aims for: a few per resident thread of a large GPU, so that
-// each walks the tokens with 1/parts of the adds. More only rescan the ids.
-inline constexpr std::int64_t cuda_scatter_owners = 1 << 18;
+
+// Bytes rounded up to what cudaMalloc aligns to, for several arrays in one scratch.
+inline std::size_t cuda_aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 struct broadcast_rows_fn {
   const float* row;
@@ -251,14 +286,29 @@ struct ops<cuda> {
     detail::check_ops_launch();
   }
 
+  // The partial sums live in the executor's scratch, or (an executor without one) in
+  // memory allocated and freed in stream order for this call.
   template <class Term>
   static void add_column_sums(const exec_type& exec, std::int64_t rows, std::int64_t cols, const Term& term,
                               float* out) {
-    if (cols <= 0) return;
+    if (rows <= 0 || cols <= 0) return;
+    const std::int64_t chunks = detail::column_chunks(rows);
+    const std::size_t bytes = chunks > 1 ? static_cast<std::size_t>(chunks * cols) * sizeof(double) : 0;
+    cuda_scratch own;
+    double* partial =
+        bytes ? static_cast<double*>((exec.scratch ? *exec.scratch : own).get(bytes, exec.stream)) : nullptr;
+    const dim3 grid(detail::cuda_blocks_for_threads(cols),
+                    static_cast<unsigned>(std::min<std::int64_t>(chunks, detail::cuda_max_grid_y)));
     strata::detail::clear_stale_cuda_error();
-    detail::column_sums_kernel<<<detail::cuda_blocks_for_threads(cols), detail::cuda_ops_block, 0, exec.stream>>>(
-        rows, cols, term, out);
+    detail::column_chunk_sums_kernel<<<grid, detail::cuda_ops_block, 0, exec.stream>>>(rows, cols, term, partial, out);
     detail::check_ops_launch();
+    if (partial) {
+      detail::add_column_chunks_kernel<detail::cuda_ops_block>
+          <<<detail::cuda_blocks_for_threads(cols), detail::cuda_ops_block, 0, exec.stream>>>(chunks, cols, partial,
+                                                                                              out);
+      detail::check_ops_launch();
+    }
+    own.release(exec.stream);
   }
 
   template <class Term>
@@ -293,15 +343,41 @@ struct ops<cuda> {
     return check;
   }
 
+  // Keys and token indices, sorted by CUB's stable radix sort over the bits `local` needs,
+  // in the executor's scratch (or stream-ordered memory of this call's own).
   static void scatter_add_rows(const exec_type& exec, std::int64_t n, std::int64_t d, std::int64_t lo,
                                std::int64_t local, const float* ids, const float* src, float* out) {
     if (n == 0 || d == 0 || local == 0) return;
-    const std::int64_t parts = std::max<std::int64_t>(1, std::min(local, detail::cuda_scatter_owners / d));
+    expects(n < std::int64_t{UINT_MAX} && local < std::int64_t{UINT_MAX}, [&] {
+      return strata::cat("scatter_add_rows: ", n, " tokens into ", local, " rows; at most 2^32 - 2 of each");
+    });
+    int end_bit = 1;
+    while (end_bit < 32 && (std::int64_t{1} << end_bit) <= local) ++end_bit;  // keys go up to `local`
+    const auto count = static_cast<int>(std::min<std::int64_t>(n, INT_MAX));
+    expects(count == n, [&] { return strata::cat("scatter_add_rows: ", n, " tokens; CUB sorts at most 2^31 - 1"); });
+    std::size_t sort_bytes = 0;
+    STRATA_CHECK_CUDA(cub::DeviceRadixSort::SortPairs(
+        nullptr, sort_bytes, static_cast<const unsigned*>(nullptr), static_cast<unsigned*>(nullptr),
+        static_cast<const unsigned*>(nullptr), static_cast<unsigned*>(nullptr), count, 0, end_bit, exec.stream));
+    const std::size_t array = detail::cuda_aligned(static_cast<std::size_t>(n) * sizeof(unsigned));
+    cuda_scratch own;
+    auto* base = static_cast<char*>((exec.scratch ? *exec.scratch : own).get(4 * array + sort_bytes, exec.stream));
+    auto* keys = reinterpret_cast<unsigned*>(base);
+    auto* tokens = reinterpret_cast<unsigned*>(base + array);
+    auto* sorted_keys = reinterpret_cast<unsigned*>(base + 2 * array);
+    auto* sorted_tokens = reinterpret_cast<unsigned*>(base + 3 * array);
     strata::detail::clear_stale_cuda_error();
-    detail::scatter_rows_kernel<detail::cuda_ops_block>
-        <<<detail::cuda_blocks_for_threads(parts * d), detail::cuda_ops_block, 0, exec.stream>>>(n, d, lo, local, parts,
-                                                                                                 ids, src, out);
+    detail::scatter_keys_kernel<detail::cuda_ops_block>
+        <<<detail::cuda_blocks_for_threads(n), detail::cuda_ops_block, 0, exec.stream>>>(n, lo, local, ids, keys,
+                                                                                         tokens);
     detail::check_ops_launch();
+    STRATA_CHECK_CUDA(cub::DeviceRadixSort::SortPairs(base + 4 * array, sort_bytes, keys, sorted_keys, tokens,
+                                                      sorted_tokens, count, 0, end_bit, exec.stream));
+    detail::scatter_runs_kernel<detail::cuda_ops_block>
+        <<<detail::cuda_blocks_for(n), detail::cuda_ops_block, 0, exec.stream>>>(n, d, local, sorted_keys,
+                                                                                 sorted_tokens, src, out);
+    detail::check_ops_launch();
+    own.release(exec.stream);
   }
 
   // Queued on the stream (cuda::zero / copy would wait on the legacy stream instead,

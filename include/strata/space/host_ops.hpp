@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "../core/config.hpp"
 #include "../core/error.hpp"
@@ -24,6 +25,14 @@ namespace detail {
 // Below this many elements an OpenMP team costs more than it saves (a fork/join is a
 // few microseconds; a cheap elementwise op is under a nanosecond per element).
 inline constexpr std::int64_t parallel_threshold = 1 << 15;
+
+// The calling thread's scratch for partial sums, grown to n and kept (one buffer for
+// every reduction that needs one: none is running when another starts on that thread).
+inline double* host_scratch_doubles(std::size_t n) {
+  thread_local std::vector<double> scratch;
+  if (scratch.size() < n) scratch.resize(n);
+  return scratch.data();
+}
 
 // The loops, stamped out once per instruction set (space/host_isa.hpp): a target
 // attribute carries over to the OpenMP region GCC outlines from the function, and the
@@ -154,18 +163,49 @@ struct ops<host> {
     detail::for_rows(rows, cols, [&](std::int64_t r) __attribute__((always_inline)) { f(row, r); });
   }
 
-  // Threads split the columns and each column is summed over rows in order, in double.
+  // Threads split (chunk, 64-column block) tiles, then the columns to add the chunks up
+  // (ops.hpp: the order every space uses).
   template <class Term>
   static void add_column_sums(const exec_type&, std::int64_t rows, std::int64_t cols, const Term& term, float* out) {
     constexpr std::int64_t block = 64;
-    const std::int64_t blocks = (cols + block - 1) / block;
-#pragma omp parallel for schedule(static) if (rows * cols >= detail::parallel_threshold && blocks > 1)
+    if (rows <= 0 || cols <= 0) return;
+    const std::int64_t blocks = (cols + block - 1) / block, chunks = detail::column_chunks(rows);
+    [[maybe_unused]] const bool threaded = rows * cols >= detail::parallel_threshold;  // read by the pragmas
+    // A chunk's sum of one column block, in row order.
+    const auto chunk_sum = [&](std::int64_t c, std::int64_t bj, double* acc) __attribute__((always_inline)) {
+      const std::int64_t j0 = bj * block, j1 = std::min(cols, j0 + block);
+      const std::int64_t i1 = std::min(rows, (c + 1) * detail::column_chunk_rows);
+      for (std::int64_t j = 0; j < block; ++j) acc[j] = 0.0;
+      for (std::int64_t i = c * detail::column_chunk_rows; i < i1; ++i) {
+#pragma omp simd
+        for (std::int64_t j = j0; j < j1; ++j) acc[j - j0] += static_cast<double>(term(i, j));
+      }
+    };
+    if (chunks == 1) {  // the one chunk's sum is the total: no partials to keep
+#pragma omp parallel for schedule(static) if (threaded && blocks > 1)
+      for (std::int64_t bj = 0; bj < blocks; ++bj) {
+        double acc[block];
+        chunk_sum(0, bj, acc);
+        for (std::int64_t j = bj * block; j < std::min(cols, (bj + 1) * block); ++j)
+          out[j] = static_cast<float>(out[j] + acc[j - bj * block]);
+      }
+      return;
+    }
+    double* partial = detail::host_scratch_doubles(static_cast<std::size_t>(chunks * cols));
+#pragma omp parallel for schedule(static) if (threaded)
+    for (std::int64_t t = 0; t < chunks * blocks; ++t) {
+      const std::int64_t c = t / blocks, bj = t % blocks, j0 = bj * block, j1 = std::min(cols, j0 + block);
+      double acc[block];
+      chunk_sum(c, bj, acc);
+      for (std::int64_t j = j0; j < j1; ++j) partial[c * cols + j] = acc[j - j0];
+    }
+#pragma omp parallel for schedule(static) if (threaded && blocks > 1)
     for (std::int64_t bj = 0; bj < blocks; ++bj) {
       const std::int64_t j0 = bj * block, j1 = std::min(cols, j0 + block);
       double acc[block] = {};
-      for (std::int64_t i = 0; i < rows; ++i) {
+      for (std::int64_t c = 0; c < chunks; ++c) {
 #pragma omp simd
-        for (std::int64_t j = j0; j < j1; ++j) acc[j - j0] += static_cast<double>(term(i, j));
+        for (std::int64_t j = j0; j < j1; ++j) acc[j - j0] += partial[c * cols + j];
       }
       for (std::int64_t j = j0; j < j1; ++j) out[j] = static_cast<float>(out[j] + acc[j - j0]);
     }

@@ -38,7 +38,10 @@ inline constexpr float ignore_label = -100.0f;
 //   rows(exec, rows, cols, f)          f(row, r) for r in [0, rows); cols is the row's
 //                                      work, which decides on threads. See below.
 //   add_column_sums(exec, rows, cols, term, out)
-//       out[j] += sum over i of term(i, j), each column summed over rows in order, in double.
+//       out[j] += sum over i of term(i, j) in double: the rows are cut into chunks of
+//       detail::column_chunk_rows, each chunk summed over its rows in order, then the
+//       chunks' sums added in chunk order (chunks fill a GPU where one column per thread
+//       would not; every space adds in this order, so host and device agree bit for bit).
 //   mean(exec, n, term, count, out)    *out = (sum of term(i) in double) / count, 0 when
 //                                      count is 0 (count < n where terms are masked out).
 //   check_ids(exec, n, limit, values, scratch, labels = false) -> id_check
@@ -75,6 +78,12 @@ template <class T>
 concept complete_type = requires { sizeof(T); };
 
 namespace detail {
+// add_column_sums' order, one definition for every space.
+inline constexpr std::int64_t column_chunk_rows = 128;
+constexpr std::int64_t column_chunks(std::int64_t rows) noexcept {
+  return rows > 0 ? (rows + column_chunk_rows - 1) / column_chunk_rows : 0;
+}
+
 // ops<Space>, or one readable error where a .cpp uses a space whose operations live in
 // CUDA headers (instead of "incomplete type" deep inside a layer).
 template <class Space>

@@ -30,8 +30,8 @@ using device_tensor = strata::tensor<float, strata::cuda>;
 // The unit roundoff of float: every float operation is exact to within u relative.
 inline constexpr double u = 0x1p-24;
 
-// What a trainer gives the layers: a stream and a cuBLAS handle bound to it, in the
-// default math mode (no TF32: the GEMMs are fp32 throughout, as on the host).
+// What a trainer gives the layers: a stream, a cuBLAS handle bound to it, in the default
+// math mode (no TF32: the GEMMs are fp32 throughout, as on the host), and scratch.
 class device_executor {
  public:
   device_executor() {
@@ -43,7 +43,7 @@ class device_executor {
   device_executor& operator=(const device_executor&) = delete;
   ~device_executor() { (void)cublasDestroy(blas_); }
 
-  strata::executor<strata::cuda> get() const { return {stream_.get(), blas_}; }
+  strata::executor<strata::cuda> get() const { return {stream_.get(), blas_, &scratch_}; }
   // The layers queue on a non-blocking stream, which cuda::copy's legacy-stream wait does
   // not cover: wait for it before reading results.
   void synchronize() const { stream_.synchronize(); }
@@ -51,6 +51,7 @@ class device_executor {
  private:
   strata::cuda_stream stream_;
   cublasHandle_t blas_ = nullptr;
+  mutable strata::cuda_scratch scratch_;
 };
 
 inline std::vector<float> random_values(std::size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {

@@ -167,22 +167,43 @@ TEST_CASE("rows: each row's sum, max, passes and once; the same bits for 1 and 2
   CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(double)) == 0);
 }
 
-TEST_CASE("add_column_sums adds each column's rows in order, in double, for any thread count") {
-  const std::int64_t rows = 513, cols = 130;
-  const auto a = randoms(static_cast<std::size_t>(rows * cols), 8),
-             b = randoms(static_cast<std::size_t>(rows * cols), 9);
-  const auto start = randoms(static_cast<std::size_t>(cols), 10);
-  std::vector<float> ref = start;
-  for (std::int64_t j = 0; j < cols; ++j) {
-    double acc = 0.0;
-    for (std::int64_t i = 0; i < rows; ++i) acc += static_cast<double>(a[i * cols + j] * b[i * cols + j]);
-    ref[j] = static_cast<float>(ref[j] + acc);
-  }
-  for (const int threads : {1, 2}) {
-    std::vector<float> out = start;
-    with_threads(threads,
-                 [&] { ops::add_column_sums(exec, rows, cols, product_term{a.data(), b.data(), cols}, out.data()); });
-    CHECK(same_bits(out, ref));
+TEST_CASE("add_column_sums adds each column's rows by chunks in order, in double, for any thread count") {
+  // 513 rows: four full chunks of 128 and one of 1; 100 rows: one chunk; 130 columns:
+  // two full 64-column blocks and a remainder.
+  for (const std::int64_t rows : {513, 100}) {
+    const std::int64_t cols = 130;
+    auto a = randoms(static_cast<std::size_t>(rows * cols), 8), b = randoms(static_cast<std::size_t>(rows * cols), 9);
+    const auto start = randoms(static_cast<std::size_t>(cols), 10);
+    const std::int64_t chunk = strata::detail::column_chunk_rows;
+    // Column 0 tells the orders apart: 1e17 ends the first chunk, -1e17 starts the second,
+    // every other term is 1. By chunks the ones after -1e17 are lost in their chunk (128
+    // in all); in row order they survive (255).
+    for (std::int64_t i = 0; i < rows; ++i) {
+      a[i * cols] = i == chunk - 1 ? 1e17f : i == chunk ? -1e17f : 1.0f;
+      b[i * cols] = 1.0f;
+    }
+    std::vector<float> ref = start;
+    for (std::int64_t j = 0; j < cols; ++j) {
+      double total = 0.0, in_order = 0.0;
+      for (std::int64_t i0 = 0; i0 < rows; i0 += chunk) {
+        double part = 0.0;
+        for (std::int64_t i = i0; i < std::min(rows, i0 + chunk); ++i) {
+          part += static_cast<double>(a[i * cols + j] * b[i * cols + j]);
+          in_order += static_cast<double>(a[i * cols + j] * b[i * cols + j]);
+        }
+        total += part;
+      }
+      if (j > 0) REQUIRE(std::abs(total - in_order) <= 1e-12 * std::max(1.0, std::abs(in_order)));
+      if (j == 0 && rows > chunk) REQUIRE(total != in_order);
+      ref[j] = static_cast<float>(ref[j] + total);
+    }
+    for (const int threads : {1, 2}) {
+      INFO(rows << " rows, " << threads << " threads");
+      std::vector<float> out = start;
+      with_threads(threads,
+                   [&] { ops::add_column_sums(exec, rows, cols, product_term{a.data(), b.data(), cols}, out.data()); });
+      CHECK(same_bits(out, ref));
+    }
   }
 }
 

@@ -74,7 +74,7 @@ class engine<cuda> {
 
   using comm_type = nccl_comm;
 
-  executor<cuda> exec() const noexcept { return {stream_.get(), blas_}; }
+  executor<cuda> exec() const noexcept { return {stream_.get(), blas_, &scratch_}; }
   cudaStream_t stream() const noexcept { return stream_.get(); }
   // An NCCL communicator over the processes of `host` (collective over it), ordered
   // against this engine's stream: its operations wait for the work queued so far, and
@@ -160,6 +160,7 @@ class engine<cuda> {
  private:
   cuda_stream stream_;
   cublasHandle_t blas_ = nullptr;
+  mutable cuda_scratch scratch_;  // lent to the layers with the stream (exec())
   kernels::cuda_reducer<float> reducer_;
   cuda_run_table table_;
   buffer<double, cuda> partials_;
