@@ -2,12 +2,14 @@
 // The trainer in the CUDA space on one GPU: it follows the host trainer step for step
 // (the same model, data and seed), every ZeRO stage gives the same bits on the device as
 // on the host they do, and offloading the optimizer state to pinned host memory (stepped
-// by the host AdamW) gives exactly the weights of stepping it on the device.
+// by the host AdamW) gives exactly the weights of stepping it on the device; a bad target
+// is the loss's own error, read back once per step, with no weight moved.
 #include <unistd.h>
 
 #include <filesystem>
 #include <strata/cuda.cuh>
 #include <string>
+#include <utility>
 
 #include "catch.hpp"
 #include "mlp_run.hpp"
@@ -120,4 +122,35 @@ TEST_CASE("a GPU trainer with a checkpoint resumes to the uninterrupted weights"
   }
   CHECK(strata::weights_hash(tr.gather_master()) == whole.hash);
   std::filesystem::remove_all(dir);
+}
+
+// On the GPU the loss's target check is queued and read back once per step (not a wait
+// per micro-batch); a bad target in the last micro-batch is still the host's message,
+// raised before the update, and the trainer goes on with the next good batch.
+TEST_CASE("a bad target in any micro-batch is the host's error, once per step, and no weight moves") {
+  auto s = setup();
+  s.opts.micro_batches = 4;
+  mlp::synthetic_data data(s.shape, s.seed);
+  strata::batch<> good, bad;
+  data.fill(0, s.global_batch, good);
+  data.fill(0, s.global_batch, bad);
+  bad.targets.data()[bad.targets.numel() - 1] = 1e6f;  // the last row of the last micro-batch
+  const auto message_of = [&](auto& tr) {
+    try {
+      tr.step(bad);
+    } catch (const strata::error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  strata::trainer<mlp::model> host(grid(), mlp::make_model(s.shape), s.opts);
+  strata::trainer<mlp::model, strata::cuda, strata::zero<2>> gpu(grid(), mlp::make_model(s.shape), s.opts);
+  const auto before = strata::weights_hash(gpu.gather_master());
+  const std::string expected = message_of(host);
+  REQUIRE(expected.find("softmax_cross_entropy: target 1e+06 at row 7") != std::string::npos);
+  CHECK(message_of(gpu) == expected);
+  CHECK(strata::weights_hash(gpu.gather_master()) == before);
+  const auto h = host.step(good), g = gpu.step(good);
+  CHECK(std::abs(g.loss - h.loss) <= 1e-4 * std::abs(h.loss));
+  CHECK(strata::weights_hash(gpu.gather_master()) != before);
 }

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "../space/tensor.hpp"
 #include "context.hpp"
@@ -23,7 +24,7 @@ struct softmax_cross_entropy {
   // labels not ignored), PyTorch's ignore_index mean.
   template <targets_context Ctx>
   void forward(Ctx& ctx, const tensor_for<Ctx>& logits, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
-    run_forward(exec_of(ctx), logits, ctx.targets(), y, c,
+    run_forward(exec_of(ctx), id_checks_of(ctx), logits, ctx.targets(), y, c,
                 [&](std::int64_t rows) { return detail::label_count(ctx, rows); });
   }
 
@@ -44,16 +45,17 @@ struct softmax_cross_entropy {
   // The forward without a context (on the host): the loss of logits against explicit
   // targets.
   void loss(const tensor<float>& logits, const tensor<float>& targets, tensor<float>& y, cache<>& c) const {
-    run_forward(executor<host>{}, logits, targets, y, c, [](std::int64_t rows) { return static_cast<double>(rows); });
+    run_forward(executor<host>{}, nullptr, logits, targets, y, c,
+                [](std::int64_t rows) { return static_cast<double>(rows); });
   }
 
  private:
   static constexpr const char* kind = "softmax_cross_entropy";
 
   template <class Space, class Count>
-  static void run_forward(const executor<Space>& exec, const tensor<float, Space>& logits,
-                          const tensor<float, Space>& targets, tensor<float, Space>& y, cache<Space>& c,
-                          const Count& count) {
+  static void run_forward(const executor<Space>& exec, std::type_identity_t<deferred_id_checks<Space>>* deferred,
+                          const tensor<float, Space>& logits, const tensor<float, Space>& targets,
+                          tensor<float, Space>& y, cache<Space>& c, const Count& count) {
     using ops = ops_for<Space>;
     detail::require_distinct(&logits, &y, kind, std::string());
     const auto& s = logits.shape();
@@ -68,11 +70,11 @@ struct softmax_cross_entropy {
                             return strata::cat(kind, ": targets have shape ", targets.shape(), " for logits ", s,
                                                "; expected one class id per row, shape ", leading);
                           });
-    detail::require_ids(ops::check_ids(exec, rows, classes, targets.data(), c.bad_row, true),
-                        [&](float t, std::int64_t r) {
-                          return strata::cat(kind, ": target ", t, " at row ", r, " is not a class id in [0, ", classes,
-                                             ") nor ignore_label (", ignore_label, ")");
-                        });
+    detail::check_ids(exec, deferred, rows, classes, targets.data(), c.bad_row, true,
+                      [classes](float t, std::int64_t r) {
+                        return strata::cat(kind, ": target ", t, " at row ", r, " is not a class id in [0, ", classes,
+                                           ") nor ignore_label (", ignore_label, ")");
+                      });
     c.row_max.resize(detail::vector_shape(rows));
     c.log_sum.resize(detail::vector_shape(rows));
     c.target.resize(detail::vector_shape(rows));

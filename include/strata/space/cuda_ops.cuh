@@ -10,6 +10,10 @@
 #include <cstdint>
 #include <cub/block/block_reduce.cuh>
 #include <cub/device/device_radix_sort.cuh>
+#include <functional>
+#include <source_location>
+#include <string>
+#include <vector>
 
 #include "../core/error.hpp"
 #include "../core/shape.hpp"
@@ -175,6 +179,31 @@ __global__ void __launch_bounds__(Block)
     if (!is_id(values[i], limit, labels)) atomicMin(first, static_cast<unsigned long long>(i));
 }
 
+// A check's result on the device: the first bad position (all bits set: none) and its value.
+struct id_slot {
+  unsigned long long first;
+  float value;
+};
+
+// slot->value = the value at the first bad position, where there is one.
+template <int Block>
+__global__ void __launch_bounds__(Block) flagged_value_kernel(std::int64_t n, const float* values, id_slot* slot) {
+  if (blockIdx.x == 0 && threadIdx.x == 0 && slot->first < static_cast<unsigned long long>(n))
+    slot->value = values[slot->first];
+}
+
+// Queues the check of values[0, n) into *first on s (no wait).
+inline void queue_id_check(cudaStream_t s, std::int64_t n, std::int64_t limit, const float* values, bool labels,
+                           unsigned long long* first) {
+  // All bits set: larger than every position, so atomicMin finds the first.
+  STRATA_CHECK_CUDA(cudaMemsetAsync(first, 0xff, sizeof(unsigned long long), s));
+  if (n <= 0) return;
+  strata::detail::clear_stale_cuda_error();
+  check_ids_kernel<cuda_ops_block>
+      <<<cuda_blocks_for_threads(n), cuda_ops_block, 0, s>>>(n, limit, values, labels, first);
+  check_ops_launch();
+}
+
 // scatter_add_rows by sorted rows. First each token's key: its row of the table, or
 // `local` (sorted last, skipped) for an id the table does not hold.
 template <int Block>
@@ -324,15 +353,7 @@ struct ops<cuda> {
                             tensor<unsigned long long, cuda>& scratch, bool labels = false) {
     scratch.resize(detail::vector_shape(1));
     unsigned long long* first = scratch.data();
-    // All bits set: larger than every position, so atomicMin finds the first.
-    STRATA_CHECK_CUDA(cudaMemsetAsync(first, 0xff, sizeof(unsigned long long), exec.stream));
-    if (n > 0) {
-      strata::detail::clear_stale_cuda_error();
-      detail::check_ids_kernel<detail::cuda_ops_block>
-          <<<detail::cuda_blocks_for_threads(n), detail::cuda_ops_block, 0, exec.stream>>>(n, limit, values, labels,
-                                                                                           first);
-      detail::check_ops_launch();
-    }
+    detail::queue_id_check(exec.stream, n, limit, values, labels, first);
     unsigned long long found = 0;
     strata::download(exec.stream, &found, first, sizeof found);
     id_check check;
@@ -398,6 +419,61 @@ struct ops<cuda> {
   static void add_into(const exec_type& exec, std::int64_t n, float* a, const float* b) {
     map(exec, n, detail::add_into_fn{a, b});
   }
+};
+
+// A GPU trainer's id checks (space/ops.hpp): each is queued on the stream into its own
+// slot, and settle() reads every slot back in one copy, once per step, throwing the
+// first failure in queue order with the layer's message. The host thus waits once per
+// step instead of at every embedding and loss forward.
+template <>
+class deferred_id_checks<cuda> {
+ public:
+  using message_fn = std::function<std::string(float, std::int64_t)>;
+  // Checks between two settles; a step with more settles early (one more wait).
+  static constexpr std::size_t capacity = 256;
+
+  deferred_id_checks() : slots_(capacity), host_(capacity) {}
+
+  void queue(const executor<cuda>& exec, std::int64_t n, std::int64_t limit, const float* values, bool labels,
+             message_fn message, std::source_location loc) {
+    if (pending_.size() == capacity || (!pending_.empty() && exec.stream != stream_)) settle();
+    stream_ = exec.stream;
+    detail::id_slot* slot = slots_.data() + pending_.size();
+    detail::queue_id_check(exec.stream, n, limit, values, labels, &slot->first);
+    if (n > 0) {
+      detail::flagged_value_kernel<1><<<1, 1, 0, exec.stream>>>(n, values, slot);
+      detail::check_ops_launch();
+    }
+    pending_.push_back({std::move(message), n, loc});
+  }
+
+  // Waits for the queued checks (through wait_stream: a failed peer is an error, not a
+  // hang) and throws the first that failed; none are left queued either way.
+  void settle() {
+    if (pending_.empty()) return;
+    const std::vector<entry> pending = std::move(pending_);
+    pending_.clear();
+    strata::download(stream_, host_.data(), slots_.data(), pending.size() * sizeof(detail::id_slot));
+    for (std::size_t k = 0; k < pending.size(); ++k) {
+      const detail::id_slot& slot = host_.data()[k];
+      const entry& e = pending[k];
+      expects<error>(
+          slot.first >= static_cast<unsigned long long>(e.n),
+          [&] { return e.message(slot.value, static_cast<std::int64_t>(slot.first)); }, e.loc);
+    }
+  }
+  std::size_t queued() const noexcept { return pending_.size(); }
+
+ private:
+  struct entry {
+    message_fn message;
+    std::int64_t n;
+    std::source_location loc;
+  };
+  buffer<detail::id_slot, cuda> slots_;
+  buffer<detail::id_slot, pinned> host_;
+  std::vector<entry> pending_;
+  cudaStream_t stream_ = nullptr;
 };
 
 }  // namespace strata

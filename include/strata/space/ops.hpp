@@ -48,7 +48,8 @@ inline constexpr float ignore_label = -100.0f;
 //       the first value that is not an id in [0, limit) (nor ignore_label, with labels).
 //       It waits for the space's queued work: a bad id must throw before anything uses
 //       it. scratch (one element) is resized and used only where the values are not
-//       readable by the host.
+//       readable by the host. A GPU trainer's context defers these checks instead
+//       (deferred_id_checks below): queued, and read back once per step.
 //   scatter_add_rows(exec, n, d, lo, local, ids, src, out)
 //       out[ids[t] - lo, :] += src[t, :] for the ids in [lo, lo + local), in token order.
 //   fill_zero, copy, broadcast_rows (out[r, :] = row), add_into (a += b).
@@ -97,6 +98,12 @@ struct checked_ops {
 
 template <class Space>
 using ops_for = typename detail::checked_ops<Space>::type;
+
+// Id checks that wait for the end of a trainer's step instead of waiting for the device
+// at each check: defined for strata::cuda (space/cuda_ops.cuh); the host reads its
+// values where they are and has none.
+template <class Space>
+class deferred_id_checks;
 // The operations of the space a context computes in.
 template <class Ctx>
 using ops_of = ops_for<space_of<Ctx>>;
@@ -112,6 +119,15 @@ executor<space_of<Ctx>> exec_of(Ctx& ctx) {
                   "strata: a context outside the host space must hand out its executor (ctx.exec())");
     return executor<host>{};
   }
+}
+
+// The deferred id checks a context carries (ctx.id_checks()), or none: each check waits.
+template <class Ctx>
+deferred_id_checks<space_of<Ctx>>* id_checks_of(Ctx& ctx) {
+  if constexpr (requires { ctx.id_checks(); })
+    return ctx.id_checks();
+  else
+    return nullptr;
 }
 
 }  // namespace strata

@@ -36,6 +36,10 @@ class context {
   // Where the layer's work goes (empty on the host; stream and cuBLAS handle on a GPU).
   const executor<Space>& exec() const noexcept { return exec_; }
   void set_exec(const executor<Space>& e) noexcept { exec_ = e; }
+  // Where the layers' id checks go to be read back once per step (a GPU trainer's), or
+  // none: each check waits for the device.
+  deferred_id_checks<Space>* id_checks() const noexcept { return id_checks_; }
+  void set_id_checks(deferred_id_checks<Space>* c) noexcept { id_checks_ = c; }
 
  private:
   const tensor<float, Space>* targets_ = nullptr;
@@ -43,6 +47,7 @@ class context {
   int micro_batch_ = 0;
   double label_count_ = -1;
   executor<Space> exec_{};
+  deferred_id_checks<Space>* id_checks_ = nullptr;
 };
 
 }  // namespace strata

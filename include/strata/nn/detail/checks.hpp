@@ -6,6 +6,7 @@
 #include <source_location>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "../../core/error.hpp"
 #include "../../core/shape.hpp"
@@ -113,6 +114,24 @@ template <class Message>
 void require_ids(const id_check& bad, Message&& message,
                  const std::source_location loc = std::source_location::current()) {
   expects<error>(!bad, [&] { return message(bad.value, bad.index); }, loc);
+}
+
+// check_ids of values[0, n) as the layer's error: at once, or, given deferred checks (a
+// GPU trainer's), queued with its message, which the trainer raises when it reads the
+// step's checks back, before the optimizer uses anything. So the message must own what
+// it reads (capture by value); the layer's kernels must not read out of bounds for a
+// bad id in the meantime.
+template <class Space, class Scratch, class Message>
+void check_ids(const executor<Space>& exec, deferred_id_checks<Space>* deferred, std::int64_t n, std::int64_t limit,
+               const float* values, Scratch& scratch, bool labels, Message&& message,
+               const std::source_location loc = std::source_location::current()) {
+  if constexpr (!Space::host_accessible) {
+    if (deferred) {
+      deferred->queue(exec, n, limit, values, labels, std::forward<Message>(message), loc);
+      return;
+    }
+  }
+  require_ids(ops_for<Space>::check_ids(exec, n, limit, values, scratch, labels), message, loc);
 }
 
 }  // namespace strata::nn::detail

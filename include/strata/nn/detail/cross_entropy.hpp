@@ -28,7 +28,8 @@ struct cross_entropy_cache {
 
 // The whole row in one pass: max, sum of exp(x - m) in double, and the row's loss
 // m - x_target + log(sum), 0 for an ignored label. The targets have been checked to be
-// class ids or ignore_label.
+// class ids or ignore_label, or the check is deferred (a GPU trainer's step): a target
+// out of range then reads nothing and gives 0, in a step that will raise the error.
 struct cross_entropy_rows_fn {
   const float* logits;
   const float* targets;
@@ -49,7 +50,8 @@ struct cross_entropy_rows_fn {
       row_max[r] = m;
       log_sum[r] = static_cast<float>(ls);
       target_out[r] = t;
-      row_loss[r] = t == ignore_label
+      const bool in_range = t >= 0.0f && t < static_cast<float>(classes);
+      row_loss[r] = t == ignore_label || !in_range
                         ? 0.0
                         : (static_cast<double>(m) - static_cast<double>(xr[static_cast<std::int64_t>(t)])) + ls;
     });

@@ -49,10 +49,11 @@ void lookup(Ctx& ctx, std::string_view kind, const param<float>& weight, table_r
     return strata::cat(label(kind, weight.name), ": ids have shape ", s, "; expected rank 1 to 3 ([B] or [B, S])");
   });
   const std::int64_t n = static_cast<std::int64_t>(ids.numel()), d = weight.shape[1];
-  require_ids(ops_of<Ctx>::check_ids(exec_of(ctx), n, rows.vocab, ids.data(), scratch), [&](float id, std::int64_t t) {
-    return strata::cat(label(kind, weight.name), ": token id ", id, " at position ", t, " is out of range for vocab ",
-                       rows.vocab, " (ids must be whole numbers in [0, ", rows.vocab, "))");
-  });
+  check_ids(exec_of(ctx), id_checks_of(ctx), n, rows.vocab, ids.data(), scratch, false,
+            [who = label(kind, weight.name), vocab = rows.vocab](float id, std::int64_t t) {
+              return strata::cat(who, ": token id ", id, " at position ", t, " is out of range for vocab ", vocab,
+                                 " (ids must be whole numbers in [0, ", vocab, "))");
+            });
   shape out = s;
   out[out.rank++] = d;
   y.resize(out);

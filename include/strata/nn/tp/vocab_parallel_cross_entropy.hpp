@@ -51,13 +51,13 @@ struct vocab_parallel_cross_entropy {
                           });
     using ops = ops_of<Ctx>;
     const auto exec = exec_of(ctx);
-    // Every tensor rank has the same targets, so a bad one throws on all of them before
-    // any collective.
-    detail::require_ids(ops::check_ids(exec, rows, vocab, targets.data(), c.bad_row, true),
-                        [&](float t, std::int64_t r) {
-                          return strata::cat(kind, ": target ", t, " at row ", r, " is not a class id in [0, ", vocab,
-                                             ") nor ignore_label (", ignore_label, ")");
-                        });
+    // Every tensor rank has the same targets, so a bad one throws on all of them: before
+    // any collective, or (deferred on a GPU) at the same point of the step.
+    detail::check_ids(exec, id_checks_of(ctx), rows, vocab, targets.data(), c.bad_row, true,
+                      [vocab = vocab](float t, std::int64_t r) {
+                        return strata::cat(kind, ": target ", t, " at row ", r, " is not a class id in [0, ", vocab,
+                                           ") nor ignore_label (", ignore_label, ")");
+                      });
     c.row_max.resize(detail::vector_shape(rows));
     c.log_sum.resize(detail::vector_shape(rows));
     c.target.resize(detail::vector_shape(rows));

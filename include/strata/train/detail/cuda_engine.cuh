@@ -75,6 +75,10 @@ class engine<cuda> {
   using comm_type = nccl_comm;
 
   executor<cuda> exec() const noexcept { return {stream_.get(), blas_, &scratch_}; }
+  // The layers' id checks, read back once per step (settle_id_checks) instead of each
+  // waiting for the device.
+  deferred_id_checks<cuda>* id_checks() noexcept { return &id_checks_; }
+  void settle_id_checks() { id_checks_.settle(); }
   cudaStream_t stream() const noexcept { return stream_.get(); }
   // An NCCL communicator over the processes of `host` (collective over it), ordered
   // against this engine's stream: its operations wait for the work queued so far, and
@@ -161,6 +165,7 @@ class engine<cuda> {
   cuda_stream stream_;
   cublasHandle_t blas_ = nullptr;
   mutable cuda_scratch scratch_;  // lent to the layers with the stream (exec())
+  deferred_id_checks<cuda> id_checks_;
   kernels::cuda_reducer<float> reducer_;
   cuda_run_table table_;
   buffer<double, cuda> partials_;

@@ -26,7 +26,8 @@ struct device_side {
   // Makes the engine for buffers of up to `largest` elements, and the communicators: on
   // the host the grid's own; on a GPU, NCCL communicators over the same processes
   // (collective over data, then tensor). The context gets the
-  // engine's executor and the tensor-parallel communicator.
+  // engine's executor and the tensor-parallel communicator, and on a GPU the engine's
+  // deferred id checks.
   template <class HostComm, class Ctx>
   void start(std::size_t largest, HostComm& data, HostComm& tensor, Ctx& ctx) {
     eng = std::make_unique<engine_t>(largest);
@@ -39,6 +40,7 @@ struct device_side {
       // Also at tp = 1, so that a layer sees a (size-1) tensor group in both spaces.
       tp_own.emplace(eng->make_comm(tensor, "tensor"));
       ctx.set_tp(&*tp_own);
+      ctx.set_id_checks(eng->id_checks());
     }
     ctx.set_exec(eng->exec());
   }

@@ -110,6 +110,9 @@ class trainer_body {
     const float scale = loss_scale();
     const std::size_t live = Space::counters().live.load();
     driver_.run(b, scale);
+    // A bad id or target anywhere in the step is its layer's error here, before the
+    // norm and the update (on a GPU the checks were only queued).
+    dev_.eng->settle_id_checks();
     count_activations(live);
     tied_.sum_grads();
 
@@ -149,6 +152,7 @@ class trainer_body {
     check_batch_rows(b, opts_.micro_batches);
     const std::size_t live = Space::counters().live.load();
     driver_.run_forward(b);
+    dev_.eng->settle_id_checks();
     count_activations(live);
     return driver_.finish_loss();
   }
