@@ -1,5 +1,5 @@
 // The --device option of the benchmarks with a host and a CUDA path (bench/optimizer,
-// bench/collectives): X.cpp holds main() and the host path; X_device.cu, linked in only
+// bench/collectives, bench/train): X.cpp holds main() and the host path; X_device.cu, linked in only
 // when CMake's STRATA_ENABLE_CUDA is on (which compiles X.cpp with STRATA_BENCH_HAS_CUDA=1),
 // defines the CUDA path below. Nothing here depends on the compiler: both halves see the
 // same declarations.
@@ -24,6 +24,7 @@ namespace strata_bench {
 // the program's. Each returns main()'s exit status.
 int run_optimizer_cuda(int argc, char** argv);
 int run_collectives_cuda(int argc, char** argv);
+int run_train_cuda(int argc, char** argv);
 
 enum class device_kind { cpu, cuda };
 

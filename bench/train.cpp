@@ -5,6 +5,7 @@
 // as the examples set it; space/host_threads.hpp). bench/peers/torch_train.py trains the same models in
 // PyTorch for the ratio (the README shows both).
 //   bench/train [--models gpt,qwen2] [--sizes S,M,L] [--steps N (5)] [--warmup W (2)]
+//   bench/train --device cuda [...]   GPT-2 124M's shape on one GPU (train_device.cu)
 // The sizes are in the usage below; gpt's M is issue #13's configuration (3,454,464
 // params), qwen2's S the demo's model. A tied head counts once in the FLOPs.
 #include <cblas.h>
@@ -23,6 +24,7 @@
 #include "../examples/common/device.hpp"
 #include "../examples/common/loop.hpp"
 #include "../examples/gpt/model.hpp"
+#include "device_entry.hpp"
 
 // Every GEMM strata runs goes through cblas_sgemm: this definition in the executable
 // takes the calls, times them and hands them to the BLAS's own (dlsym RTLD_NEXT).
@@ -56,7 +58,8 @@ const char* usage =
     "    M 256/4/8/128/512 16x2, L 512/6/8/256/1024 8x2.\n"
     "  qwen2 (hidden/intermediate/layers/heads/kv heads/seq/vocab, tied embeddings): S the demo's\n"
     "    128/352/4/8/2/64/258 32x2, M 256/704/4/8/2/128/512 16x2, L 512/1408/6/8/2/256/1024 8x2.\n"
-    "  Threads: OMP_NUM_THREADS.\n";
+    "  Threads: OMP_NUM_THREADS.\n"
+    "  --device cuda: GPT-2 124M's shape on one GPU in mixed<bf16> (train --device cuda --help).\n";
 
 struct size_spec {
   const char* name;
@@ -152,6 +155,13 @@ const size_spec& size_named(const size_spec (&sizes)[3], const std::string& n) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (strata_bench::take_device("train", argc, argv) == strata_bench::device_kind::cuda) {
+#if STRATA_BENCH_HAS_CUDA
+    return strata_bench::run_train_cuda(argc, argv);
+#else
+    strata_bench::exit_no_cuda("train");
+#endif
+  }
   examples::use_fitting_blas_kernels(argv);  // as the examples run
   return examples::run_main("bench/train", usage, 0, argc, argv, [&]() -> int {
     examples::args a(argc, argv, {});

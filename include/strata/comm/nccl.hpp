@@ -32,33 +32,32 @@ namespace strata {
 
 namespace detail {
 
+// This process's device_key for `device`: its node's name and the device's PCI bus id.
+inline device_key gpu_key(int device) {
+  char node[rendezvous_wire::node_bytes] = {}, bus[rendezvous_wire::device_bytes] = {};
+  gethostname(node, sizeof node - 1);
+  STRATA_CHECK_CUDA(cudaDeviceGetPCIBusId(bus, sizeof bus - 1, device));
+  return {node, bus};
+}
+
 // NCCL needs one GPU per process; two ranks on the same device fail inside its init
-// with "duplicate GPU". Each rank's node and PCI address are gathered (collective) so
-// that every rank throws the same config_error, naming both ranks, before that.
+// with "duplicate GPU". Each rank's device_key is gathered (collective) so that every
+// rank throws the same config_error, naming both ranks, before that. (The bootstrap
+// without MPI checks the same in its rendezvous.)
 template <class HostComm>
 void check_one_process_per_gpu(HostComm& host, int device, const std::string& name) {
   if (host.size() == 1) return;
-  constexpr std::size_t node_bytes = 64, bus_bytes = 32;
-  std::array<std::uint8_t, node_bytes + bus_bytes> mine{};
-  char node[node_bytes] = {};
-  gethostname(node, node_bytes - 1);
-  std::memcpy(mine.data(), node, node_bytes);
-  STRATA_CHECK_CUDA(cudaDeviceGetPCIBusId(reinterpret_cast<char*>(mine.data() + node_bytes), bus_bytes - 1, device));
+  using rendezvous_wire::device_bytes, rendezvous_wire::node_bytes;
+  std::array<std::uint8_t, node_bytes + device_bytes> mine{};
+  rendezvous_wire::put_key(mine.data(), gpu_key(device));
   std::vector<std::uint8_t> all(mine.size() * static_cast<std::size_t>(host.size()));
   host.all_gather(std::span<const std::uint8_t>(mine), std::span<std::uint8_t>(all));
-  const auto text = [&](int r, std::size_t at, std::size_t n) {
-    const char* p = reinterpret_cast<const char*>(all.data() + static_cast<std::size_t>(r) * mine.size() + at);
-    return std::string(p, strnlen(p, n));
-  };
   for (int a = 0; a < host.size(); ++a)
     for (int b = a + 1; b < host.size(); ++b)
       if (std::memcmp(all.data() + a * mine.size(), all.data() + b * mine.size(), mine.size()) == 0)
-        throw config_error(strata::cat("nccl communicator ", name, ": ranks ", a, " and ", b,
-                                       " both use the GPU at PCI ", text(a, node_bytes, bus_bytes), " on node ",
-                                       text(a, 0, node_bytes), ", and NCCL needs one GPU per process ",
-                                       "(this process sees ", cuda_device_count(),
-                                       " device(s)). Start at most one process per GPU on each "
-                                       "node, or give each process its own device through CUDA_VISIBLE_DEVICES"));
+        throw config_error(
+            strata::cat(duplicate_gpu_message(name, a, b, rendezvous_wire::get_key(all.data() + a * mine.size())),
+                        " (this process sees ", cuda_device_count(), " device(s))"));
 }
 
 }  // namespace detail
@@ -101,7 +100,8 @@ class nccl_comm {
   }
 
   // Without MPI: the TCP rendezvous of MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE and
-  // LOCAL_RANK (the torchrun convention) carries the ncclUniqueId from rank 0.
+  // LOCAL_RANK (the torchrun convention) carries the ncclUniqueId from rank 0, once every
+  // rank has come and no two name the same GPU (a config_error on every rank).
   static nccl_comm from_env(nccl_options opt = {}) {
     const auto cfg = detail::rendezvous_config::from_env();
     const int device = opt.device >= 0 ? opt.device : device_for_local_rank(cfg.local_rank);
@@ -112,7 +112,7 @@ class nccl_comm {
       STRATA_CHECK_NCCL(ncclGetUniqueId(&u));
       std::memcpy(id.data(), &u, sizeof u);
     }
-    const auto got = detail::rendezvous_broadcast(cfg, id);
+    const auto got = detail::rendezvous_broadcast(cfg, id, detail::gpu_key(device), opt.name);
     expects<comm_error>(got.size() == sizeof(ncclUniqueId), [&] {
       return strata::cat("rendezvous: rank 0 sent ", got.size(), " bytes, an ncclUniqueId has ", sizeof(ncclUniqueId),
                          " (ranks built against different NCCL versions?)");

@@ -1,6 +1,7 @@
 // The TCP rendezvous behind the NCCL bootstrap without MPI, run between threads on
-// 127.0.0.1: every rank gets rank 0's bytes, and a missing or misconfigured rank is a
-// comm_error that says which and why, within the time-out.
+// 127.0.0.1: every rank gets rank 0's bytes once all have come; a missing or
+// misconfigured rank is a comm_error on every rank that came, saying which and why,
+// within the time-out; two ranks naming one GPU are a config_error on every rank.
 #include <chrono>
 #include <cstddef>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include "catch.hpp"
 
 using namespace std::chrono_literals;
+using strata::detail::device_key;
 using strata::detail::rendezvous_broadcast;
 using strata::detail::rendezvous_config;
 using strata::detail::rendezvous_fetch;
@@ -40,6 +42,15 @@ std::string error_of(F&& f) {
     return e.what();
   }
   return "(no comm_error)";
+}
+template <class F>
+std::string config_error_in(F&& f) {
+  try {
+    f();
+  } catch (const strata::config_error& e) {
+    return e.what();
+  }
+  return "(no config_error)";
 }
 
 struct env_var {
@@ -130,8 +141,12 @@ TEST_CASE("rank 0 times out naming the ranks that never came") {
   });
   const std::string msg = error_of([&] { server.serve(random_bytes(8, 3), world, 1s); });
   rank1.join();
-  CHECK_FALSE(error);  // rank 1 was served before rank 0 gave up
   CHECK(msg.find("rank(s) 2, 3 of 4 did not connect") != std::string::npos);
+  // Rank 1 is not served a world that will never be whole: it hears why, at once.
+  REQUIRE(error);
+  CHECK(error_of([&] { std::rethrow_exception(error); })
+            .find("rank 0 rejected this rank: rank 0 (port " + std::to_string(server.port()) +
+                  ") waited 1 s; rank(s) 2, 3 of 4 did not connect") != std::string::npos);
 }
 
 TEST_CASE("a rank with another WORLD_SIZE is rejected on both sides") {
@@ -155,9 +170,50 @@ TEST_CASE("two processes with the same RANK are rejected") {
   const std::string server_msg = error_of([&] { server.serve(random_bytes(8, 5), 3, 20s); });
   a.join();
   b.join();
-  CHECK(first == "(no comm_error)");  // the first rank 1 was served
   CHECK(server_msg.find("rank 1 connected twice") != std::string::npos);
   CHECK(second.find("rank 0 rejected this rank: rank 1 connected twice") != std::string::npos);
+  CHECK(first.find("rank 0 rejected this rank: rank 1 connected twice") != std::string::npos);  // both hear it
+}
+
+TEST_CASE("two ranks naming one GPU are a config_error on every rank, naming both") {
+  const int world = 4;
+  rendezvous_server server(0, "127.0.0.1");
+  // Ranks 1 and 3 on node-b's 0000:41:00.0; rank 0 and 2 elsewhere.
+  const std::vector<device_key> keys{
+      {"node-a", "0000:41:00.0"}, {"node-b", "0000:41:00.0"}, {"node-b", "0000:c1:00.0"}, {"node-b", "0000:41:00.0"}};
+  std::vector<std::string> msgs(world);
+  std::vector<std::thread> ranks;
+  for (int r = 1; r < world; ++r)
+    ranks.emplace_back([&, r] {
+      msgs[r] = config_error_in([&] { rendezvous_fetch("127.0.0.1", server.port(), r, world, 20s, keys[r]); });
+    });
+  msgs[0] = config_error_in([&] { server.serve(random_bytes(8, 6), world, 20s, keys[0], "world_nccl"); });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < world; ++r) {
+    INFO("rank " << r << ": " << msgs[r]);
+    CHECK(msgs[r].find("nccl communicator world_nccl: ranks 1 and 3 both use the GPU at PCI 0000:41:00.0 on node "
+                       "node-b") != std::string::npos);
+    CHECK(msgs[r].find("CUDA_VISIBLE_DEVICES") != std::string::npos);
+  }
+}
+
+TEST_CASE("ranks on distinct GPUs, or naming none, are served") {
+  const int world = 3;
+  for (const bool named : {true, false}) {
+    INFO((named ? "each rank names its GPU" : "no rank names a GPU"));
+    rendezvous_server server(0, "127.0.0.1");
+    const auto payload = random_bytes(128, 7);
+    const auto key = [&](int r) {
+      return named ? device_key{"node-a", "0000:0" + std::to_string(r) + ":00.0"} : device_key{};
+    };
+    std::vector<std::vector<std::byte>> got(world);
+    std::vector<std::thread> ranks;
+    for (int r = 1; r < world; ++r)
+      ranks.emplace_back([&, r] { got[r] = rendezvous_fetch("127.0.0.1", server.port(), r, world, 20s, key(r)); });
+    server.serve(payload, world, 20s, key(0));
+    for (auto& t : ranks) t.join();
+    for (int r = 1; r < world; ++r) CHECK(got[r] == payload);
+  }
 }
 
 TEST_CASE("the launcher's variables are read and checked") {

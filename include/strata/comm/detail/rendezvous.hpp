@@ -1,11 +1,13 @@
 // A TCP rendezvous in the torchrun convention (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
-// LOCAL_RANK): rank 0 listens and hands every other rank the same bytes (the ncclUniqueId).
+// LOCAL_RANK): rank 0 listens and hands every other rank the same bytes (the ncclUniqueId)
+// once every rank has come, after checking that no two ranks name the same device.
 #pragma once
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <span>
 #include <string>
 #include <thread>
@@ -59,16 +61,48 @@ struct rendezvous_config {
   }
 };
 
+// The device a rank will use, for the check that no two ranks share one: its node's name
+// and the device's address there (a PCI bus id). Both empty: nothing to check.
+struct device_key {
+  std::string node, device;
+  bool empty() const noexcept { return node.empty() && device.empty(); }
+  bool operator==(const device_key&) const = default;
+};
+
+// What every rank is told when two ranks name one GPU (here and in the MPI bootstrap's
+// check, comm/nccl.hpp).
+inline std::string duplicate_gpu_message(const std::string& comm, int a, int b, const device_key& k) {
+  return cat("nccl communicator ", comm, ": ranks ", a, " and ", b, " both use the GPU at PCI ", k.device, " on node ",
+             k.node,
+             ", and NCCL needs one GPU per process. Start at most one process per GPU on each node, or give each "
+             "process its own device through CUDA_VISIBLE_DEVICES");
+}
+
 namespace rendezvous_wire {
 inline constexpr std::uint32_t magic = 0x53545241u;  // "STRA"
-inline constexpr std::uint32_t version = 1;
-inline constexpr std::uint32_t ok = 0, rejected = 1;
+inline constexpr std::uint32_t version = 2;          // 2: the hello carries a device_key
+// A rejection for a duplicate device is a config_error on every rank; others are comm_errors.
+inline constexpr std::uint32_t ok = 0, rejected = 1, rejected_config = 2;
+inline constexpr std::size_t node_bytes = 64, device_bytes = 32, hello_bytes = 16 + node_bytes + device_bytes;
 
 inline void put32(unsigned char* p, std::uint32_t v) {
   for (int i = 3; i >= 0; --i, v >>= 8) p[i] = static_cast<unsigned char>(v & 0xffu);
 }
 inline std::uint32_t get32(const unsigned char* p) {
   return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
+}
+// A device_key as node_bytes + device_bytes of NUL-padded text (longer names are cut).
+inline void put_key(unsigned char* p, const device_key& k) {
+  std::memset(p, 0, node_bytes + device_bytes);
+  std::memcpy(p, k.node.data(), std::min(k.node.size(), node_bytes - 1));
+  std::memcpy(p + node_bytes, k.device.data(), std::min(k.device.size(), device_bytes - 1));
+}
+inline device_key get_key(const unsigned char* p) {
+  const auto text = [](const unsigned char* at, std::size_t n) {
+    const auto* c = reinterpret_cast<const char*>(at);
+    return std::string(c, strnlen(c, n));
+  };
+  return {text(p, node_bytes), text(p + node_bytes, device_bytes)};
 }
 }  // namespace rendezvous_wire
 
@@ -118,34 +152,50 @@ class rendezvous_server {
     return ntohs(reinterpret_cast<const sockaddr_in*>(&a)->sin_port);
   }
 
-  // Waits for ranks 1 .. world_size - 1, checks that each agrees on the world size and
-  // comes once, and sends each the payload. Throws a comm_error naming the ranks that
-  // did not come within the time-out, or the rank that disagreed.
-  void serve(std::span<const std::byte> payload, int world_size, std::chrono::duration<double> timeout) {
+  // Waits for ranks 1 .. world_size - 1, each holding its connection, then checks that
+  // no two ranks (rank 0 with `own` among them) name the same device and sends each the
+  // payload. A rank that did not come within the time-out, disagreed on the world size
+  // or came twice is a comm_error here, and every rank that came is told the same;
+  // a shared device is a config_error on every rank.
+  void serve(std::span<const std::byte> payload, int world_size, std::chrono::duration<double> timeout,
+             const device_key& own = {}, const std::string& comm = "nccl") {
     using namespace rendezvous_wire;
     const auto deadline = rendezvous_clock::now() + std::chrono::duration_cast<rendezvous_clock::duration>(timeout);
-    std::vector<bool> seen(static_cast<std::size_t>(world_size), false);
+    std::vector<socket_fd> held(static_cast<std::size_t>(world_size));
+    std::vector<device_key> keys(static_cast<std::size_t>(world_size));
+    keys[0] = own;
+    // Tells every rank that came (and `extra`, a connection not held) the problem, then
+    // throws it: a config_error as it is, a comm_error after `prefix`.
+    const auto reject_all = [&](std::uint32_t status, const std::string& problem, const char* prefix, int extra = -1) {
+      for (auto& c : held)
+        if (c) try_reply(c.get(), status, problem, deadline);
+      if (extra >= 0) try_reply(extra, status, problem, deadline);
+      if (status == rejected_config) throw config_error(problem);
+      throw comm_error(cat(prefix, problem));
+    };
     int missing = world_size - 1;
     while (missing > 0) {
       if (!wait_ready(fd_.get(), POLLIN, deadline)) {
         std::string ranks;
         for (int r = 1; r < world_size; ++r)
-          if (!seen[static_cast<std::size_t>(r)]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-        throw comm_error(cat("rendezvous: rank 0 (port ", port(), ") waited ", timeout.count(), " s; rank(s) ", ranks,
-                             " of ", world_size,
-                             " did not connect. Check that every rank was started with the same MASTER_ADDR, "
-                             "MASTER_PORT and WORLD_SIZE (STRATA_COMM_TIMEOUT sets the time-out)"));
+          if (!held[static_cast<std::size_t>(r)]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+        reject_all(rejected,
+                   cat("rank 0 (port ", port(), ") waited ", timeout.count(), " s; rank(s) ", ranks, " of ", world_size,
+                       " did not connect. Check that every rank was started with the same MASTER_ADDR, MASTER_PORT "
+                       "and WORLD_SIZE (STRATA_COMM_TIMEOUT sets the time-out)"),
+                   "rendezvous: ");
       }
       socket_fd c(::accept(fd_.get(), nullptr, nullptr));
       if (!c) continue;  // the client gave up between poll and accept, or EINTR
       set_nonblocking(c.get());
-      unsigned char hello[16];
+      unsigned char hello[hello_bytes];
       try {
-        recv_all(c.get(), hello, sizeof hello, deadline, "rendezvous: rank 0 reading a hello");
+        recv_all(c.get(), hello, 16, deadline, "rendezvous: rank 0 reading a hello");
+        if (get32(hello) != magic || get32(hello + 4) != version) continue;  // not one of ours (a port probe)
+        recv_all(c.get(), hello + 16, hello_bytes - 16, deadline, "rendezvous: rank 0 reading a hello");
       } catch (const comm_error&) {
-        continue;  // not one of ours (a port probe); the deadline still bounds the wait
+        continue;  // the deadline still bounds the wait
       }
-      if (get32(hello) != magic || get32(hello + 4) != version) continue;
       const int rank = static_cast<int>(get32(hello + 8));
       const int world = static_cast<int>(get32(hello + 12));
       std::string problem;
@@ -153,16 +203,20 @@ class rendezvous_server {
         problem = cat("rank ", rank, " says WORLD_SIZE=", world, ", rank 0 has WORLD_SIZE=", world_size);
       else if (rank <= 0 || rank >= world_size)
         problem = cat("rank ", rank, " is not a rank in 1..", world_size - 1);
-      else if (seen[static_cast<std::size_t>(rank)])
+      else if (held[static_cast<std::size_t>(rank)])
         problem = cat("rank ", rank, " connected twice (two processes with the same RANK?)");
-      if (!problem.empty()) {
-        reply(c.get(), rejected, problem, {}, deadline);
-        throw comm_error(cat("rendezvous: rank 0 rejected a rank: ", problem));
-      }
-      reply(c.get(), ok, {}, payload, deadline);
-      seen[static_cast<std::size_t>(rank)] = true;
+      if (!problem.empty()) reject_all(rejected, problem, "rendezvous: rank 0 rejected a rank: ", c.get());
+      keys[static_cast<std::size_t>(rank)] = get_key(hello + 16);
+      held[static_cast<std::size_t>(rank)] = std::move(c);
       --missing;
     }
+    for (int a = 0; a < world_size; ++a)
+      for (int b = a + 1; b < world_size; ++b)
+        if (!keys[static_cast<std::size_t>(a)].empty() &&
+            keys[static_cast<std::size_t>(a)] == keys[static_cast<std::size_t>(b)])
+          reject_all(rejected_config, duplicate_gpu_message(comm, a, b, keys[static_cast<std::size_t>(a)]), "");
+    for (auto& c : held)
+      if (c) reply(c.get(), ok, {}, payload, deadline);
   }
 
  private:
@@ -178,13 +232,23 @@ class rendezvous_server {
     send_all(fd, out.data(), out.size(), deadline, "rendezvous: rank 0 replying");
   }
 
+  // A rejection to a rank that may have given up already: its own time-out tells it.
+  static void try_reply(int fd, std::uint32_t status, const std::string& message,
+                        rendezvous_clock::time_point deadline) {
+    try {
+      reply(fd, status, message, {}, deadline);
+    } catch (const comm_error&) {
+    }
+  }
+
   socket_fd fd_;
 };
 
 // Connects to rank 0 at host:port (retrying until the time-out, since rank 0 may start
-// later), introduces itself as `rank` of `world_size`, and returns rank 0's payload.
+// later), introduces itself as `rank` of `world_size` using device `key`, and returns rank
+// 0's payload once every rank has come.
 inline std::vector<std::byte> rendezvous_fetch(const std::string& host, int port, int rank, int world_size,
-                                               std::chrono::duration<double> timeout) {
+                                               std::chrono::duration<double> timeout, const device_key& key = {}) {
   using namespace rendezvous_wire;
   const auto start = rendezvous_clock::now();
   const auto deadline = start + std::chrono::duration_cast<rendezvous_clock::duration>(timeout);
@@ -233,11 +297,12 @@ inline std::vector<std::byte> rendezvous_fetch(const std::string& host, int port
     std::this_thread::sleep_for(std::min<rendezvous_clock::duration>(pause, deadline - now));
     pause = std::min(pause * 2, std::chrono::milliseconds(500));
   }
-  unsigned char hello[16];
+  unsigned char hello[hello_bytes] = {};
   put32(hello, magic);
   put32(hello + 4, version);
   put32(hello + 8, static_cast<std::uint32_t>(rank));
   put32(hello + 12, static_cast<std::uint32_t>(world_size));
+  put_key(hello + 16, key);
   send_all(s.get(), hello, sizeof hello, deadline, where);
   unsigned char head[12];
   recv_all(s.get(), head, sizeof head, deadline, where);
@@ -245,19 +310,22 @@ inline std::vector<std::byte> rendezvous_fetch(const std::string& host, int port
   std::vector<std::byte> payload(get32(head + 8));
   if (!message.empty()) recv_all(s.get(), message.data(), message.size(), deadline, where);
   if (!payload.empty()) recv_all(s.get(), payload.data(), payload.size(), deadline, where);
+  expects<config_error>(get32(head) != rejected_config, [&] { return message; });
   expects<comm_error>(get32(head) == ok, [&] { return cat(where, ": rank 0 rejected this rank: ", message); });
   return payload;
 }
 
 // Every rank calls this: rank 0 serves `payload` (others pass an empty span) and
-// returns it; every other rank returns the bytes rank 0 served.
-inline std::vector<std::byte> rendezvous_broadcast(const rendezvous_config& c, std::span<const std::byte> payload) {
+// returns it; every other rank returns the bytes rank 0 served. `key` is the device this
+// rank will use (two ranks with one key are a config_error on every rank).
+inline std::vector<std::byte> rendezvous_broadcast(const rendezvous_config& c, std::span<const std::byte> payload,
+                                                   const device_key& key = {}, const std::string& comm = "nccl") {
   if (c.rank == 0) {
     rendezvous_server server(c.master_port);
-    server.serve(payload, c.world_size, c.timeout);
+    server.serve(payload, c.world_size, c.timeout, key, comm);
     return {payload.begin(), payload.end()};
   }
-  return rendezvous_fetch(c.master_addr, c.master_port, c.rank, c.world_size, c.timeout);
+  return rendezvous_fetch(c.master_addr, c.master_port, c.rank, c.world_size, c.timeout, key);
 }
 
 }  // namespace strata::detail
