@@ -33,6 +33,22 @@ struct device_env {
   device_env() { ctx.set_exec(exec.get()); }
 };
 
+// run(exec) -> a device tensor, with the executor's scratch and then with none (the
+// reductions' stream-ordered memory of their own): the host's bits either way.
+template <class Run>
+void check_with_and_without_scratch(const std::vector<float>& expected, Run&& run) {
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool with_scratch = pass == 0;
+    INFO((with_scratch ? "the executor's scratch" : "no scratch: stream-ordered memory of its own"));
+    device_env env;
+    auto exec = env.exec.get();
+    if (!with_scratch) exec.scratch = nullptr;
+    const device_tensor out = run(exec);
+    env.exec.synchronize();
+    CHECK(same_bits(read(out), expected));
+  }
+}
+
 // A forward and backward of `layer` on both spaces from the same x and dy.
 struct elementwise_result {
   std::vector<float> x, y_host, y_device, dy, dx_host, dx_device;
@@ -149,18 +165,12 @@ TEST_CASE("add_column_sums: the device adds the host's row chunks in the host's 
     std::vector<float> host = start;
     strata::ops<strata::host>::add_column_sums({}, rows, cols, nn::detail::matrix_term{x.data(), cols}, host.data());
     const device_tensor dx = device_of({rows, cols}, x);
-    for (int pass = 0; pass < 2; ++pass) {
-      const bool with_scratch = pass == 0;
-      INFO((with_scratch ? "the executor's scratch" : "no scratch: stream-ordered memory of its own"));
-      device_env env;
-      auto exec = env.exec.get();
-      if (!with_scratch) exec.scratch = nullptr;
+    check_with_and_without_scratch(host, [&](const strata::executor<strata::cuda>& exec) {
       device_tensor out = device_of({cols}, start);
       strata::ops<strata::cuda>::add_column_sums(exec, rows, cols, nn::detail::matrix_term{dx.data(), cols},
                                                  out.data());
-      env.exec.synchronize();
-      CHECK(same_bits(read(out), host));
-    }
+      return out;
+    });
   }
 }
 
@@ -177,17 +187,11 @@ TEST_CASE("scatter_add_rows: the device adds each row's tokens in token order, t
   std::vector<float> host = start;
   strata::ops<strata::host>::scatter_add_rows({}, n, d, lo, local, ids.data(), src.data(), host.data());
   const device_tensor dids = device_of({n}, ids), dsrc = device_of({n, d}, src);
-  for (int pass = 0; pass < 2; ++pass) {
-    const bool with_scratch = pass == 0;
-    INFO((with_scratch ? "the executor's scratch" : "no scratch: stream-ordered memory of its own"));
-    device_env env;
-    auto exec = env.exec.get();
-    if (!with_scratch) exec.scratch = nullptr;
+  check_with_and_without_scratch(host, [&](const strata::executor<strata::cuda>& exec) {
     device_tensor out = device_of({local, d}, start);
     strata::ops<strata::cuda>::scatter_add_rows(exec, n, d, lo, local, dids.data(), dsrc.data(), out.data());
-    env.exec.synchronize();
-    CHECK(same_bits(read(out), host));
-  }
+    return out;
+  });
 }
 
 TEST_CASE("relu: the device gives the host's bits") {

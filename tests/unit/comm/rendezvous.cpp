@@ -34,23 +34,15 @@ std::vector<std::byte> random_bytes(std::size_t n, unsigned seed) {
 // it is not handed out again at once).
 int free_port() { return rendezvous_server(0, "127.0.0.1").port(); }
 
-template <class F>
+// What f throws as an E, or "(none)".
+template <class E = strata::comm_error, class F>
 std::string error_of(F&& f) {
   try {
     f();
-  } catch (const strata::comm_error& e) {
+  } catch (const E& e) {
     return e.what();
   }
-  return "(no comm_error)";
-}
-template <class F>
-std::string config_error_in(F&& f) {
-  try {
-    f();
-  } catch (const strata::config_error& e) {
-    return e.what();
-  }
-  return "(no config_error)";
+  return "(none)";
 }
 
 struct env_var {
@@ -185,9 +177,11 @@ TEST_CASE("two ranks naming one GPU are a config_error on every rank, naming bot
   std::vector<std::thread> ranks;
   for (int r = 1; r < world; ++r)
     ranks.emplace_back([&, r] {
-      msgs[r] = config_error_in([&] { rendezvous_fetch("127.0.0.1", server.port(), r, world, 20s, keys[r]); });
+      msgs[r] =
+          error_of<strata::config_error>([&] { rendezvous_fetch("127.0.0.1", server.port(), r, world, 20s, keys[r]); });
     });
-  msgs[0] = config_error_in([&] { server.serve(random_bytes(8, 6), world, 20s, keys[0], "world_nccl"); });
+  msgs[0] =
+      error_of<strata::config_error>([&] { server.serve(random_bytes(8, 6), world, 20s, keys[0], "world_nccl"); });
   for (auto& t : ranks) t.join();
   for (int r = 0; r < world; ++r) {
     INFO("rank " << r << ": " << msgs[r]);
@@ -232,14 +226,7 @@ TEST_CASE("the launcher's variables are read and checked") {
         l("LOCAL_RANK", nullptr);
     CHECK(rendezvous_config::from_env().local_rank == 0);
   }
-  auto config_error_of = [] {
-    try {
-      rendezvous_config::from_env();
-    } catch (const strata::config_error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no config_error)");
-  };
+  auto config_error_of = [] { return error_of<strata::config_error>([] { rendezvous_config::from_env(); }); };
   SECTION("MASTER_ADDR missing") {
     env_var a("MASTER_ADDR", nullptr), p("MASTER_PORT", "29500"), r("RANK", "0"), w("WORLD_SIZE", "1");
     CHECK(config_error_of().find("MASTER_ADDR is not set") != std::string::npos);
