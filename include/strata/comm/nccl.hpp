@@ -52,12 +52,13 @@ void check_one_process_per_gpu(HostComm& host, int device, const std::string& na
   rendezvous_wire::put_key(mine.data(), gpu_key(device));
   std::vector<std::uint8_t> all(mine.size() * static_cast<std::size_t>(host.size()));
   host.all_gather(std::span<const std::uint8_t>(mine), std::span<std::uint8_t>(all));
-  for (int a = 0; a < host.size(); ++a)
-    for (int b = a + 1; b < host.size(); ++b)
-      if (std::memcmp(all.data() + a * mine.size(), all.data() + b * mine.size(), mine.size()) == 0)
-        throw config_error(
-            strata::cat(duplicate_gpu_message(name, a, b, rendezvous_wire::get_key(all.data() + a * mine.size())),
-                        " (this process sees ", cuda_device_count(), " device(s))"));
+  std::vector<device_key> keys;
+  for (int r = 0; r < host.size(); ++r)
+    keys.push_back(rendezvous_wire::get_key(all.data() + static_cast<std::size_t>(r) * mine.size()));
+  if (const auto shared = find_shared_device(keys))
+    throw config_error(strata::cat(
+        duplicate_gpu_message(name, shared->first, shared->second, keys[static_cast<std::size_t>(shared->first)]),
+        " (this process sees ", cuda_device_count(), " device(s))"));
 }
 
 }  // namespace detail

@@ -369,13 +369,14 @@ struct ops<cuda> {
   static void scatter_add_rows(const exec_type& exec, std::int64_t n, std::int64_t d, std::int64_t lo,
                                std::int64_t local, const float* ids, const float* src, float* out) {
     if (n == 0 || d == 0 || local == 0) return;
-    expects(n < std::int64_t{UINT_MAX} && local < std::int64_t{UINT_MAX}, [&] {
-      return strata::cat("scatter_add_rows: ", n, " tokens into ", local, " rows; at most 2^32 - 2 of each");
+    // CUB sorts an int count; keys (rows, and `local` for the skipped) are 32-bit.
+    expects(n <= std::int64_t{INT_MAX} && local < std::int64_t{UINT_MAX}, [&] {
+      return strata::cat("scatter_add_rows: ", n, " tokens into ", local,
+                         " rows; at most 2^31 - 1 tokens and 2^32 - 2 rows");
     });
+    const auto count = static_cast<int>(n);
     int end_bit = 1;
     while (end_bit < 32 && (std::int64_t{1} << end_bit) <= local) ++end_bit;  // keys go up to `local`
-    const auto count = static_cast<int>(std::min<std::int64_t>(n, INT_MAX));
-    expects(count == n, [&] { return strata::cat("scatter_add_rows: ", n, " tokens; CUB sorts at most 2^31 - 1"); });
     std::size_t sort_bytes = 0;
     STRATA_CHECK_CUDA(cub::DeviceRadixSort::SortPairs(
         nullptr, sort_bytes, static_cast<const unsigned*>(nullptr), static_cast<unsigned*>(nullptr),

@@ -10,6 +10,7 @@
 #include <strata/comm/detail/rendezvous.hpp>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "catch.hpp"
@@ -189,6 +190,16 @@ TEST_CASE("two ranks naming one GPU are a config_error on every rank, naming bot
                        "node-b") != std::string::npos);
     CHECK(msgs[r].find("CUDA_VISIBLE_DEVICES") != std::string::npos);
   }
+}
+
+TEST_CASE("a shared device is found by sorting: the first two ranks of the lowest one, empty keys never") {
+  using strata::detail::find_shared_device;
+  const std::vector<device_key> none{{}, {}, {"n", "a"}, {"n", "b"}};
+  CHECK_FALSE(find_shared_device(none));
+  const std::vector<device_key> two_groups{{"n", "c"}, {}, {"n", "b"}, {"n", "c"}, {"n", "b"}, {"n", "b"}, {}};
+  const auto shared = find_shared_device(two_groups);
+  REQUIRE(shared);
+  CHECK(*shared == std::pair{2, 4});  // "b" sorts before "c"
 }
 
 TEST_CASE("ranks on distinct GPUs, or naming none, are served") {

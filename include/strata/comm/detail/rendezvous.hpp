@@ -2,15 +2,20 @@
 // LOCAL_RANK): rank 0 listens and hands every other rank the same bytes (the ncclUniqueId)
 // once every rank has come, after checking that no two ranks name the same device.
 #pragma once
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "../../core/error.hpp"
@@ -68,6 +73,21 @@ struct device_key {
   bool empty() const noexcept { return node.empty() && device.empty(); }
   bool operator==(const device_key&) const = default;
 };
+
+// Two ranks a < b that name the same non-empty device, if any (the first two of the
+// lowest such device): sorted, not compared pairwise, since a world may hold thousands.
+inline std::optional<std::pair<int, int>> find_shared_device(const std::vector<device_key>& keys) {
+  std::vector<int> order(keys.size());
+  for (std::size_t r = 0; r < order.size(); ++r) order[r] = static_cast<int>(r);
+  const auto key = [&](int r) -> const device_key& { return keys[static_cast<std::size_t>(r)]; };
+  // Stable: the ranks of one device stay in ascending order.
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return std::tie(key(a).node, key(a).device) < std::tie(key(b).node, key(b).device);
+  });
+  for (std::size_t i = 1; i < order.size(); ++i)
+    if (!key(order[i]).empty() && key(order[i]) == key(order[i - 1])) return std::pair{order[i - 1], order[i]};
+  return std::nullopt;
+}
 
 // What every rank is told when two ranks name one GPU (here and in the MPI bootstrap's
 // check, comm/nccl.hpp).
@@ -161,6 +181,7 @@ class rendezvous_server {
              const device_key& own = {}, const std::string& comm = "nccl") {
     using namespace rendezvous_wire;
     const auto deadline = rendezvous_clock::now() + std::chrono::duration_cast<rendezvous_clock::duration>(timeout);
+    raise_open_file_limit(static_cast<rlim_t>(world_size) + 64);  // one held connection per rank
     std::vector<socket_fd> held(static_cast<std::size_t>(world_size));
     std::vector<device_key> keys(static_cast<std::size_t>(world_size));
     keys[0] = own;
@@ -186,6 +207,11 @@ class rendezvous_server {
                    "rendezvous: ");
       }
       socket_fd c(::accept(fd_.get(), nullptr, nullptr));
+      if (!c && (errno == EMFILE || errno == ENFILE))
+        reject_all(rejected,
+                   cat("rank 0 cannot hold the connections of ", world_size - 1, " ranks: ", errno_text(errno),
+                       " (raise the open-file limit: ulimit -n)"),
+                   "rendezvous: ");
       if (!c) continue;  // the client gave up between poll and accept, or EINTR
       set_nonblocking(c.get());
       unsigned char hello[hello_bytes];
@@ -210,11 +236,11 @@ class rendezvous_server {
       held[static_cast<std::size_t>(rank)] = std::move(c);
       --missing;
     }
-    for (int a = 0; a < world_size; ++a)
-      for (int b = a + 1; b < world_size; ++b)
-        if (!keys[static_cast<std::size_t>(a)].empty() &&
-            keys[static_cast<std::size_t>(a)] == keys[static_cast<std::size_t>(b)])
-          reject_all(rejected_config, duplicate_gpu_message(comm, a, b, keys[static_cast<std::size_t>(a)]), "");
+    if (const auto shared = find_shared_device(keys))
+      reject_all(
+          rejected_config,
+          duplicate_gpu_message(comm, shared->first, shared->second, keys[static_cast<std::size_t>(shared->first)]),
+          "");
     for (auto& c : held)
       if (c) reply(c.get(), ok, {}, payload, deadline);
   }
@@ -230,6 +256,15 @@ class rendezvous_server {
     std::copy(message.begin(), message.end(), out.begin() + 12);
     if (!payload.empty()) std::memcpy(out.data() + 12 + message.size(), payload.data(), payload.size());
     send_all(fd, out.data(), out.size(), deadline, "rendezvous: rank 0 replying");
+  }
+
+  // The soft open-file limit raised to `needed` where the hard limit allows (a shell's
+  // default of 1024 would stop a world of a few thousand ranks at accept).
+  static void raise_open_file_limit(rlim_t needed) {
+    rlimit l{};
+    if (::getrlimit(RLIMIT_NOFILE, &l) != 0 || l.rlim_cur == RLIM_INFINITY || l.rlim_cur >= needed) return;
+    l.rlim_cur = l.rlim_max == RLIM_INFINITY ? needed : std::min(needed, l.rlim_max);
+    ::setrlimit(RLIMIT_NOFILE, &l);  // where it is refused, accept's EMFILE says so
   }
 
   // A rejection to a rank that may have given up already: its own time-out tells it.
