@@ -128,7 +128,8 @@ nlohmann::json run_header(Trainer& tr, const loop_options& o) {
             {"max_grad_norm", opts.max_grad_norm},
             {"bucket_elems", opts.bucket_elems},
             {"seed", opts.seed},
-            {"recompute", opts.recompute}}},
+            {"recompute", opts.recompute},
+            {"offload_params", opts.offload_params}}},
           {"host_threads", strata::host_threads().threads},
           {"blas", strata::host_threads().blas},
           {"simd", strata::host_threads().simd}};
@@ -266,9 +267,8 @@ loop_result train_loop(
 template <class Trainer, class World>
 nlohmann::json memory_per_rank(Trainer& tr, World& world, int pp_rank, std::size_t base_rss) {
   const nlohmann::json mem = tr.memory().to_json();
-  const char* const cats[] = {"params",           "grads",           "master",
-                              "optimizer_states", "comm_buffers",    "activations",
-                              "io_staging",       "offload_staging", "total"};
+  const char* const cats[] = {"params",       "param_shard", "grads",      "master",          "optimizer_states",
+                              "comm_buffers", "activations", "io_staging", "offload_staging", "total"};
   std::vector<double> mine;
   for (const char* c : cats) mine.push_back(mem.value(c, 0.0));
   mine.push_back(static_cast<double>(base_rss));

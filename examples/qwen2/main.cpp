@@ -31,6 +31,7 @@ const char* const usage =
     "  --seq S (256)  --batch B (global rows per step, 8)  --micro-batches K (1)  --steps N (10)\n"
     "  --lr X (1e-5)  --warmup W (0: constant lr)  --clip C (0: none)  --weight-decay D (0.01, matrices)\n"
     "  --zero 0..3 [--offload]  --precision fp32|bf16|fp16  --tp T --pp P  --schedule 1f1b|gpipe\n"
+    "  --offload-param        ZeRO-3: parameter shards in host memory on a GPU (DeepSpeed's offload_param)\n"
     "  --recompute            keep only each decoder layer's input, run it again before its backward\n"
     "                         (Hugging Face's gradient_checkpointing): activations of one layer, same bits\n"
     "  --config ds_config.json  DeepSpeed's (Hugging Face's templates with \"auto\" too)\n"
@@ -59,7 +60,7 @@ int main(int argc, char** argv) {
   examples::become_device_binary(argc, argv);
   strata::environment env(argc, argv);
   return examples::run_main("qwen2", usage, env.rank(), argc, argv, [&]() -> int {
-    examples::args a(argc, argv, {"offload", "quiet", "plan", "recompute"});
+    examples::args a(argc, argv, {"offload", "offload-param", "quiet", "plan", "recompute"});
     qwen2::run_options o;
     const std::string model = a.str("model", "");
     o.tokenizer_dir = a.str("tokenizer", "");
@@ -96,6 +97,7 @@ int main(int argc, char** argv) {
     opts.seed = lo.seed;
     opts.bucket_elems = static_cast<std::size_t>(a.integer("bucket", 1 << 22));
     if (a.flag("recompute")) opts.recompute = {"layers"};
+    opts.offload_params = a.flag("offload-param");
     const long warmup = a.integer("warmup", 0);
     opts.schedule =
         warmup > 0 ? strata::lr_schedule::linear_warmup(0.0, opts.lr, warmup) : strata::lr_schedule::constant(opts.lr);

@@ -97,6 +97,7 @@ inline nlohmann::json plan_json(const run_options& o, const examples::loop_optio
                  {"pp", l.pp},
                  {"zero", pol.zero_stage},
                  {"offload", pol.offload},
+                 {"offload_params", opts.offload_params},
                  {"precision", pol.precision},
                  {"micro_batches", opts.micro_batches},
                  {"rows_per_micro_batch", rows},
@@ -105,6 +106,7 @@ inline nlohmann::json plan_json(const run_options& o, const examples::loop_optio
   for (int z = 0; z <= 3; ++z) {
     l.zero_stage = z;
     l.offload = pol.offload && z > 0;
+    l.offload_params = opts.offload_params && z == 3;
     nlohmann::json stages = nlohmann::json::array();
     for (int s = 0; s < l.pp; ++s) {
       auto m = strata::models::make_qwen2(o.model, 0, l.tp);
@@ -128,13 +130,14 @@ inline void print_plan(const run_options& o, const examples::loop_options& lo, c
   const auto& lay = j["layout"];
   std::printf(
       "memory plan per rank (MiB): %d processes = tp %d x dp %d x pp %d, %s, %d micro-batches of %zu x %ld "
-      "tokens%s%s\n",
+      "tokens%s%s%s\n",
       world, lay["tp"].get<int>(), lay["dp"].get<int>(), lay["pp"].get<int>(), pol.precision.c_str(),
       opts.micro_batches, lay["rows_per_micro_batch"].get<std::size_t>(), o.seq,
       pol.offload ? ", optimizer offloaded to host memory (ZeRO 1-3)" : "",
+      opts.offload_params && device ? ", parameters offloaded to host memory (ZeRO 3)" : "",
       opts.recompute.empty() ? "" : ", decoder layers recomputed");
-  const char* cats[] = {"params",      "grads",      "master", "optimizer_states", "comm_buffers", "offload_staging",
-                        "activations", "io_staging", "total"};
+  const char* cats[] = {"params",       "param_shard",     "grads",       "master",     "optimizer_states",
+                        "comm_buffers", "offload_staging", "activations", "io_staging", "total"};
   for (std::size_t s = 0; s < j["zero"]["0"].size(); ++s) {
     if (j["zero"]["0"].size() > 1) std::printf("pipeline stage %zu:\n", s);
     std::printf("  %-18s", "");

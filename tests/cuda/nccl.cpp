@@ -1,6 +1,7 @@
 // nccl_comm on one GPU (a communicator of size 1), made by both bootstraps: over the host
 // communicator (MPI, or self without MPI) and over the TCP rendezvous of MASTER_ADDR etc.
 // Every collective of size 1 must leave the data as a one-process job defines it.
+#include <algorithm>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -81,6 +82,12 @@ void check_collectives(strata::nccl_comm& c, strata::cuda_stream& compute) {
   CHECK(to_host(z, compute.get()) == input);
   c.all_gather(std::span<const float>(z.span()), z.span());  // in place: block 0 is the input
   CHECK(to_host(z, compute.get()) == input);
+  // From pinned host memory (ZeRO-3's offloaded params): copied up on the way.
+  strata::pinned_buffer<float> pinned_in(n);
+  std::copy(input.begin(), input.end(), pinned_in.data());
+  strata::cuda_buffer<float> g(n);
+  c.all_gather_from_host_async(std::span<const float>(pinned_in.data(), n), g.span()).wait();
+  CHECK(to_host(g, compute.get()) == input);
 
   strata::cuda_buffer<float> w(n);
   c.send_recv(std::span<const float>(x.span()), 0, w.span(), 0);
@@ -158,6 +165,10 @@ TEST_CASE("bad arguments are comm_errors that name the operation") {
   CHECK(has(comm_error_of([&] { c.split(-1, 0); }), "color -1 must be >= 0"));
   std::vector<float> host(10);
   CHECK(has(comm_error_of([&] { c.all_reduce(std::span<float>(host)); }), "is not device memory"));
+  CHECK(has(comm_error_of([&] { c.all_gather_from_host_async(std::span<const float>(host), a.span()); }),
+            "all_gather_from_host on nccl: the buffer at"));
+  CHECK(has(comm_error_of([&] { c.all_gather_from_host_async(std::span<const float>(host), a.span()); }),
+            "is not pinned host memory"));
 }
 
 // Two ranks: a host communicator of 2 whose all_gather hands back this rank's record

@@ -2,7 +2,8 @@
 // The nn layers in the CUDA space against the same layers on the host, on the same data:
 // linear (cuBLAS), relu, gelu (erf and tanh forms), softmax cross-entropy and mse, forward
 // and backward; the bad-target error; the same bits run to run; no allocation on reuse;
-// column sums by the host's row chunks and scatters in token order, bit for bit.
+// column sums by the host's row chunks and scatters in token order, bit for bit; GEMMs
+// on 16-bit operands (tensor cores) against the exact product of the rounded operands.
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -149,6 +150,81 @@ TEST_CASE("linear: cuBLAS forward and backward match the host layer") {
     // The bias gradient sums each column by the same row chunks, in double, on both sides.
     if (with_bias) CHECK(same_bits(read(d.bias.grad(), d.bias.numel()), hgb));
   }
+}
+
+// mixed<bf16|fp16> on a GPU: GEMM operands rounded to 16 bits (RNE, the compute params'
+// own rounding) and multiplied on tensor cores. A product of two 16-bit values is exact
+// in fp32, so the result is the exact product of the rounded operands up to fp32
+// accumulation: within k x 2^-23 of sum |a b| (twice the textbook k u, for tensor cores
+// that truncate inside their adders). Unrounded operands would miss that by up to 2^-8
+// relative, so the bound also shows the rounding happened. Every transpose, a leading
+// dimension wider than the matrix, a strided batch, alpha and beta.
+template <class T>
+void check_16bit_gemm(strata::gemm_operands kind) {
+  std::mt19937 rng(41);
+  const std::int64_t m = 37, n = 45, k = 61, pad = 3, batch = 3;
+  for (auto ta : {strata::transpose::no, strata::transpose::yes})
+    for (auto tb : {strata::transpose::no, strata::transpose::yes})
+      for (bool scratch : {true, false}) {
+        INFO("ta " << (ta == strata::transpose::yes) << ", tb " << (tb == strata::transpose::yes) << ", scratch "
+                   << scratch);
+        const std::int64_t a_rows = ta == strata::transpose::yes ? k : m, a_cols = ta == strata::transpose::yes ? m : k;
+        const std::int64_t b_rows = tb == strata::transpose::yes ? n : k, b_cols = tb == strata::transpose::yes ? k : n;
+        const std::int64_t lda = a_cols + pad, ldb = b_cols + pad, ldc = n + pad;
+        const std::int64_t sa = a_rows * lda + 5, sb = b_rows * ldb + 7, sc = m * ldc + 2;
+        const auto a = random_values(static_cast<std::size_t>(sa * batch), rng, -2.0f, 2.0f);
+        const auto b = random_values(static_cast<std::size_t>(sb * batch), rng, -2.0f, 2.0f);
+        const auto c0 = random_values(static_cast<std::size_t>(sc * batch), rng);
+        const float alpha = 0.75f, beta = -0.5f;
+        device_env env;
+        auto exec = env.exec.get();
+        exec.gemm = kind;
+        if (!scratch) exec.scratch = nullptr;
+        const device_tensor da = device_of({sa * batch}, a), db = device_of({sb * batch}, b);
+        device_tensor one = device_of({sc * batch}, c0), many = device_of({sc * batch}, c0);
+        strata::ops<strata::cuda>::gemm(exec, ta, tb, m, n, k, alpha, da.data(), lda, db.data(), ldb, beta, one.data(),
+                                        ldc);
+        strata::ops<strata::cuda>::gemm_strided_batched(exec, ta, tb, m, n, k, alpha, da.data(), lda, sa, db.data(),
+                                                        ldb, sb, beta, many.data(), ldc, sc, batch);
+        env.exec.synchronize();
+        const auto got_one = read(one), got_many = read(many);
+        const auto r = [](float v) { return static_cast<double>(static_cast<float>(T(v))); };
+        double missed_by_fp32 = 0;  // how far the unrounded product is from the result
+        for (std::int64_t q = 0; q < batch; ++q)
+          for (std::int64_t i = 0; i < m; ++i)
+            for (std::int64_t j = 0; j < n; ++j) {
+              double exact = 0, magnitude = 0, unrounded = 0;
+              for (std::int64_t p = 0; p < k; ++p) {
+                const float av =
+                    a[static_cast<std::size_t>(q * sa + (ta == strata::transpose::yes ? p * lda + i : i * lda + p))];
+                const float bv =
+                    b[static_cast<std::size_t>(q * sb + (tb == strata::transpose::yes ? j * ldb + p : p * ldb + j))];
+                exact += r(av) * r(bv);
+                magnitude += std::abs(r(av) * r(bv));
+                unrounded += static_cast<double>(av) * bv;
+              }
+              const std::size_t at = static_cast<std::size_t>(q * sc + i * ldc + j);
+              const double want = alpha * exact + beta * static_cast<double>(c0[at]);
+              const double tol = std::abs(alpha) * magnitude * static_cast<double>(k) * std::ldexp(1.0, -23) +
+                                 std::abs(want) * std::ldexp(1.0, -23);
+              require_close("batched", at, got_many[at], want, tol);
+              if (q == 0) require_close("single", at, got_one[at], want, tol);
+              missed_by_fp32 =
+                  std::max(missed_by_fp32, std::abs(alpha * unrounded + beta * c0[at] - want) / (tol > 0 ? tol : 1));
+            }
+        CHECK(missed_by_fp32 > 1.0);
+        // Beyond each matrix (the padding of ldc, the gap between batch matrices), C is untouched.
+        for (std::int64_t at = 0; at < sc * batch; ++at) {
+          const std::int64_t in_matrix = at % sc;
+          if (in_matrix < m * ldc && in_matrix % ldc < n) continue;
+          CHECK(got_many[static_cast<std::size_t>(at)] == c0[static_cast<std::size_t>(at)]);
+        }
+      }
+}
+
+TEST_CASE("16-bit GEMM operands: tensor cores give the exact product of the rounded operands") {
+  SECTION("bf16") { check_16bit_gemm<strata::bf16>(strata::gemm_operands::bf16); }
+  SECTION("fp16") { check_16bit_gemm<strata::fp16>(strata::gemm_operands::fp16); }
 }
 
 TEST_CASE("add_column_sums: the device adds the host's row chunks in the host's order") {

@@ -2,7 +2,8 @@
 // The trainer in the CUDA space on one GPU: it follows the host trainer step for step
 // (the same model, data and seed), every ZeRO stage gives the same bits on the device as
 // on the host they do, and offloading the optimizer state to pinned host memory (stepped
-// by the host AdamW) gives exactly the weights of stepping it on the device; a bad target
+// by the host AdamW) gives exactly the weights of stepping it on the device, as does
+// keeping ZeRO-3's param shard there (offload_params); a bad target
 // is the loss's own error, read back once per step, with no weight moved.
 #include <unistd.h>
 
@@ -96,6 +97,24 @@ TEST_CASE("offload_optimizer gives the weights of stepping on the GPU") {
   const auto dev3 = on_gpu<strata::zero<3>, strata::mixed<strata::bf16>>();
   const auto off3 = on_gpu<strata::zero<3, strata::offload_optimizer>, strata::mixed<strata::bf16>>();
   CHECK(off3.hash == dev3.hash);
+}
+
+// Parameter offload moves where the shard lives, not a value: each piece goes up inside
+// its gather, and the new params are written into host memory by the device (a device
+// master) or by the host (an offloaded master). Both must give the weights of ZeRO-3 on
+// the device, and only the two live buckets stay there.
+TEST_CASE("offload_params keeps ZeRO-3's param shard in host memory and gives the same weights") {
+  auto s = setup();
+  const auto dev = on_gpu<strata::zero<3>>(s);
+  const auto dev16 = on_gpu<strata::zero<3>, strata::mixed<strata::bf16>>(s);
+  s.opts.offload_params = true;
+  const auto off = on_gpu<strata::zero<3>>(s);
+  CHECK(off.hash == dev.hash);
+  CHECK(on_gpu<strata::zero<3, strata::offload_optimizer>>(s).hash == dev.hash);
+  CHECK(on_gpu<strata::zero<3, strata::offload_optimizer>, strata::mixed<strata::bf16>>(s).hash == dev16.hash);
+  CHECK(off.memory.offloaded.at("param_shard"));
+  CHECK(off.memory.bytes.at("param_shard") + off.memory.bytes.at("params") == dev.memory.bytes.at("params"));
+  CHECK(off.memory.in_space(false) == dev.memory.in_space(false) - off.memory.bytes.at("param_shard"));
 }
 
 TEST_CASE("a GPU trainer with a checkpoint resumes to the uninterrupted weights") {

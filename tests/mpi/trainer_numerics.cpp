@@ -4,6 +4,7 @@
 // single-process norm, overflow skips a step everywhere, and memory follows the formulas.
 #include <atomic>
 #include <limits>
+#include <strata/train/memory_plan.hpp>
 
 #include "catch.hpp"
 #include "mlp_run.hpp"
@@ -203,6 +204,53 @@ TEST_CASE("the memory report follows the ZeRO formulas") {
   check(type_tag<zero<3>>{}, 3, false, 2, 4);
   check(type_tag<zero<2, offload_optimizer>>{}, 2, true, 2, 4);
   check(type_tag<zero<3, offload_optimizer>>{}, 3, true, 2, 4);
+}
+
+// DeepSpeed's offload_param: a GPU trainer keeps ZeRO-3's param shard in host memory and
+// holds only the two live buckets on the device; the host trainer's params are already in
+// host memory, so there it changes nothing, not a bit; any other stage is refused.
+TEST_CASE("parameter offload: ZeRO-3 only, the shard leaves the device, nothing moves on the host") {
+  environment env;
+  grid g(env.world());
+  test::mlp_setup s;
+  s.steps = 3;
+  const auto plain = test::run_mlp<zero<3>>(g, s);
+  s.opts.offload_params = true;
+  const auto off = test::run_mlp<zero<3>>(g, s);
+  CHECK(off.hash == plain.hash);
+  CHECK(off.memory.bytes == plain.memory.bytes);
+  CHECK_THROWS_WITH((trainer<mlp::model, host, zero<2>>(g, mlp::make_model(s.shape), s.opts)),
+                    Catch::Contains("offload_params (zero_optimization.offload_param) needs ZeRO stage 3"));
+
+  trainer<mlp::model, host, zero<3>> tr(g, mlp::make_model(s.shape), s.opts);
+  const std::size_t S_ = tr.plan().shard_size(), B2 = tr.plan().slot_elems(), f = sizeof(float);
+  for (bool offload : {false, true}) {
+    INFO("offload_optimizer " << offload);
+    plan_layout l;
+    l.dp = g.dp_size();
+    l.zero_stage = 3;
+    l.offload = offload;
+    l.device = true;
+    l.bucket_elems = s.opts.bucket_elems;
+    auto m = mlp::make_model(s.shape);
+    const memory_report on_device = plan_memory(m, l, 0, 0);
+    l.offload_params = true;
+    const memory_report moved = plan_memory(m, l, 0, 0);
+    CHECK(on_device.bytes.at("params") == f * (S_ + B2));
+    CHECK(on_device.bytes.count("param_shard") == 0);
+    CHECK(moved.bytes.at("params") == f * B2);
+    CHECK(moved.bytes.at("param_shard") == f * S_);
+    CHECK(moved.offloaded.at("param_shard"));
+    CHECK_FALSE(moved.offloaded.at("params"));
+    CHECK(moved.in_space(false) == on_device.in_space(false) - f * S_);
+    // With the optimizer offloaded too, the rounded params are written into the shard
+    // where it lives: the staging keeps only the grad shard on its way to the host.
+    if (offload) CHECK(moved.bytes.at("offload_staging") == on_device.bytes.at("offload_staging") - f * S_);
+    CHECK(moved.total() == on_device.total() - (offload ? f * S_ : 0));
+    // The host trainer's plan does not move it: nothing there is off the host.
+    l.device = false;
+    CHECK(plan_memory(m, l, 0, 0).bytes.count("param_shard") == 0);
+  }
 }
 
 TEST_CASE("a step allocates nothing once the first step has sized the buffers") {

@@ -186,6 +186,28 @@ class nccl_comm {
     });
   }
 
+  // An all_gather whose own block starts in pinned host memory (ZeRO-3's offloaded
+  // params): `in` is copied into out's block rank() on the communication stream, after
+  // the compute stream's work as every operation is, and gathered in place. The copy is
+  // part of the operation: it overlaps compute, and its time counts in the time-out.
+  template <class U, comm_element T>
+  requires std::is_same_v<std::remove_const_t<U>, T>
+  request all_gather_from_host_async(std::span<U> in, std::span<T> out) {
+    const std::size_t p = static_cast<std::size_t>(size());
+    expects<comm_error>(out.size() == in.size() * p, [&] {
+      return strata::cat("all_gather_from_host on ", name(), ": output has ", out.size(), " elements, expected in (",
+                         in.size(), ") x size (", p, ") = ", in.size() * p);
+    });
+    check_pinned_memory(in.data(), "all_gather_from_host");
+    check_device_memory(out.data(), "all_gather_from_host");
+    T* own = out.data() + static_cast<std::size_t>(rank()) * in.size();
+    return run("all_gather_from_host", [&](ncclComm_t c, cudaStream_t s) {
+      if (!in.empty() && cudaMemcpyAsync(own, in.data(), in.size_bytes(), cudaMemcpyHostToDevice, s) != cudaSuccess)
+        return ncclUnhandledCudaError;
+      return ncclAllGather(own, out.data(), in.size(), detail::nccl_type<T>(), c, s);
+    });
+  }
+
   template <comm_element T>
   request broadcast_async(std::span<T> data, int root) {
     check_rank(root, "broadcast root");
@@ -353,14 +375,22 @@ class nccl_comm {
   }
   // NCCL reads and writes device memory only; a host pointer would fault inside a kernel.
   void check_device_memory(const void* p, const char* op) const {
+    check_memory(p, op, false, "is not device memory; nccl_comm moves buffer<T, strata::cuda> data");
+  }
+  // A copy from pageable memory would block the host until the stream reaches it, where
+  // no time-out is watched (space/cuda_transfer.hpp): host data comes from pinned memory.
+  void check_pinned_memory(const void* p, const char* op) const {
+    check_memory(p, op, true, "is not pinned host memory; give it buffer<T, strata::pinned> data");
+  }
+  void check_memory(const void* p, const char* op, bool pinned_host, const char* otherwise) const {
     if (!p) return;
     cudaPointerAttributes a{};
     const cudaError_t e = cudaPointerGetAttributes(&a, p);
     if (e != cudaSuccess) (void)cudaGetLastError();
-    expects<comm_error>(e == cudaSuccess && (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged), [&] {
-      return strata::cat(op, " on ", name(), ": the buffer at ", p,
-                         " is not device memory; nccl_comm moves buffer<T, strata::cuda> data");
-    });
+    const bool ok =
+        e == cudaSuccess && (pinned_host ? a.type == cudaMemoryTypeHost
+                                         : a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged);
+    expects<comm_error>(ok, [&] { return strata::cat(op, " on ", name(), ": the buffer at ", p, " ", otherwise); });
   }
   template <class A, class B>
   static bool overlap(std::span<A> a, std::span<B> b) {

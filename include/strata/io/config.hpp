@@ -361,7 +361,7 @@ inline run_config load_config(const std::filesystem::path& path, const config_au
 
 // DeepSpeed's ZeRO-3 offload_param keeps parameter shards in host memory. On the host
 // space that is where they are already: one line says so ("" without offload_param).
-// (On a GPU parameter offload is not built yet: a program there refuses the key.)
+// A GPU trainer does offload them (trainer_options::offload_params).
 inline std::string offload_param_note(const run_config& c) {
   if (!c.offload_param) return {};
   return "config: zero_optimization.offload_param.device \"cpu\": on the host, parameters already live in host "

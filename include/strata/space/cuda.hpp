@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -209,10 +210,10 @@ static_assert(memory_space<cuda> && memory_space<pinned>);
 template <class T>
 using cuda_buffer = buffer<T, cuda>;
 
-// Device memory that the reductions of one stream borrow for partial sums (add_column_sums'
-// chunks). It grows in stream order (cudaMallocAsync after cudaFreeAsync of the smaller
-// one), so growing never waits for the device, and after the first step it stays put;
-// counted in cuda::counters. Used from one stream at a time.
+// Device memory that the operations of one stream borrow for partial sums (add_column_sums'
+// chunks), sort keys and 16-bit GEMM operands. It grows in stream order (cudaMallocAsync after cudaFreeAsync of the
+// smaller one), so growing never waits for the device, and after the first step it stays put; counted in
+// cuda::counters. Used from one stream at a time.
 class cuda_scratch {
  public:
   cuda_scratch() = default;
@@ -249,14 +250,21 @@ class cuda_scratch {
   std::size_t bytes_ = 0;
 };
 
+// What a CUDA executor's GEMMs read their operands as: fp32 as stored, or rounded to a
+// 16-bit type (mixed<bf16|fp16>) and multiplied on tensor cores, accumulating and
+// writing fp32 as PyTorch's autocast and Megatron do.
+enum class gemm_operands : std::uint8_t { fp32, bf16, fp16 };
+
 // The CUDA space's executor: the stream a layer's kernels and GEMMs go on, the cuBLAS
-// handle bound to that stream, and the scratch its reductions use (none: each call
-// allocates its own in stream order). The trainer owns them; layers only borrow them.
+// handle bound to that stream, the scratch its reductions and 16-bit GEMM operands use
+// (none: each call allocates its own in stream order), and its GEMMs' operand type. The
+// trainer owns them; layers only borrow them.
 template <>
 struct executor<cuda> {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   cuda_scratch* scratch = nullptr;
+  gemm_operands gemm = gemm_operands::fp32;
 };
 
 template <>

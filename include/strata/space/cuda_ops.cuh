@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../core/dtype.hpp"
 #include "../core/error.hpp"
 #include "../core/shape.hpp"
 #include "cuda.hpp"
@@ -264,6 +265,19 @@ inline void require_int_extents(std::int64_t m, std::int64_t n, std::int64_t k, 
 inline int cublas_ld(std::int64_t v) { return static_cast<int>(v < 1 ? 1 : v); }
 inline cublasOperation_t cublas_op(transpose t) { return t == transpose::yes ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
+// A GEMM operand as stored (rows x cols at leading dimension ld, batch matrices stride
+// apart), rounded to T (RNE) and packed: out[q, r, c], leading dimension cols.
+template <class T>
+struct pack_operand_fn {
+  const float* in;
+  T* out;
+  std::int64_t rows, cols, ld, stride;
+  __device__ void operator()(std::int64_t i) const {
+    const std::int64_t per = rows * cols, q = i / per, rc = i - q * per, r = rc / cols;
+    out[i] = T(in[q * stride + r * ld + (rc - r * cols)]);
+  }
+};
+
 }  // namespace detail
 
 template <>
@@ -275,11 +289,17 @@ struct ops<cuda> {
   // On exec.stream through exec.blas (whose pointer mode must be host, cuBLAS's default).
   // cuBLAS is column-major, where a row-major matrix reads as its transpose: C^T =
   // op(B)^T op(A)^T is the same call with A and B (and m and n) swapped.
+  // With 16-bit operands (exec.gemm) A and B are rounded into the executor's scratch
+  // first and cuBLAS multiplies them on tensor cores, accumulating in fp32 into fp32 C.
   static void gemm(const exec_type& exec, transpose ta, transpose tb, std::int64_t m, std::int64_t n, std::int64_t k,
                    float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
                    float* c, std::int64_t ldc) {
     if (m == 0 || n == 0) return;
     detail::require_int_extents(m, n, k, lda, ldb, ldc);
+    if (exec.gemm != gemm_operands::fp32) {
+      gemm_16bit(exec, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
+      return;
+    }
     STRATA_CHECK_CUBLAS(cublasSgemm(exec.blas, detail::cublas_op(tb), detail::cublas_op(ta), static_cast<int>(n),
                                     static_cast<int>(m), static_cast<int>(k), &alpha, b, detail::cublas_ld(ldb), a,
                                     detail::cublas_ld(lda), &beta, c, detail::cublas_ld(ldc)));
@@ -291,6 +311,10 @@ struct ops<cuda> {
                                    std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
     if (m == 0 || n == 0 || batch == 0) return;
     detail::require_int_extents(m, n, k, lda, ldb, ldc, batch);
+    if (exec.gemm != gemm_operands::fp32) {
+      gemm_16bit(exec, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, batch);
+      return;
+    }
     STRATA_CHECK_CUBLAS(cublasSgemmStridedBatched(
         exec.blas, detail::cublas_op(tb), detail::cublas_op(ta), static_cast<int>(n), static_cast<int>(m),
         static_cast<int>(k), &alpha, b, detail::cublas_ld(ldb), static_cast<long long>(stride_b), a,
@@ -419,6 +443,49 @@ struct ops<cuda> {
   }
   static void add_into(const exec_type& exec, std::int64_t n, float* a, const float* b) {
     map(exec, n, detail::add_into_fn{a, b});
+  }
+
+ private:
+  // Both operands rounded to exec.gemm's type and packed into one scratch (batch
+  // matrices of A, then of B), then one cublasGemmStridedBatchedEx with fp32 compute and
+  // an fp32 C. The rounding is RNE, as the compute params' own; a product of two 16-bit
+  // values is exact in fp32, so only the accumulation rounds, as in an fp32 GEMM.
+  static void gemm_16bit(const exec_type& exec, transpose ta, transpose tb, std::int64_t m, std::int64_t n,
+                         std::int64_t k, float alpha, const float* a, std::int64_t lda, std::int64_t stride_a,
+                         const float* b, std::int64_t ldb, std::int64_t stride_b, float beta, float* c,
+                         std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
+    if (exec.gemm == gemm_operands::bf16)
+      gemm_16bit_as<bf16>(exec, CUDA_R_16BF, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
+                          stride_c, batch);
+    else
+      gemm_16bit_as<fp16>(exec, CUDA_R_16F, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
+                          stride_c, batch);
+  }
+
+  template <class T>
+  static void gemm_16bit_as(const exec_type& exec, cudaDataType_t type, transpose ta, transpose tb, std::int64_t m,
+                            std::int64_t n, std::int64_t k, float alpha, const float* a, std::int64_t lda,
+                            std::int64_t stride_a, const float* b, std::int64_t ldb, std::int64_t stride_b, float beta,
+                            float* c, std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
+    // The operands as stored (row-major): A is m x k, or k x m transposed; B k x n, or n x k.
+    const std::int64_t a_rows = ta == transpose::yes ? k : m, a_cols = ta == transpose::yes ? m : k;
+    const std::int64_t b_rows = tb == transpose::yes ? n : k, b_cols = tb == transpose::yes ? k : n;
+    const std::int64_t a_n = batch * a_rows * a_cols, b_n = batch * b_rows * b_cols;
+    const std::size_t a_bytes = detail::cuda_aligned(static_cast<std::size_t>(a_n) * sizeof(T));
+    cuda_scratch own;
+    const std::size_t bytes = std::max<std::size_t>(a_bytes + static_cast<std::size_t>(b_n) * sizeof(T), 1);
+    char* base = static_cast<char*>((exec.scratch ? *exec.scratch : own).get(bytes, exec.stream));
+    T* a16 = reinterpret_cast<T*>(base);
+    T* b16 = reinterpret_cast<T*>(base + a_bytes);
+    map(exec, a_n, detail::pack_operand_fn<T>{a, a16, a_rows, a_cols, lda, stride_a});
+    map(exec, b_n, detail::pack_operand_fn<T>{b, b16, b_rows, b_cols, ldb, stride_b});
+    STRATA_CHECK_CUBLAS(cublasGemmStridedBatchedEx(
+        exec.blas, detail::cublas_op(tb), detail::cublas_op(ta), static_cast<int>(n), static_cast<int>(m),
+        static_cast<int>(k), &alpha, b16, type, detail::cublas_ld(b_cols), static_cast<long long>(b_rows * b_cols), a16,
+        type, detail::cublas_ld(a_cols), static_cast<long long>(a_rows * a_cols), &beta, c, CUDA_R_32F,
+        detail::cublas_ld(ldc), static_cast<long long>(batch > 1 ? stride_c : 0), static_cast<int>(batch),
+        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    own.release(exec.stream);
   }
 };
 

@@ -39,6 +39,7 @@ inline trainer_options to_trainer_options(const run_config& c) {
   o.seed = c.seed;
   o.loss_scaler = c.loss_scaler;
   o.rounding = c.rounding;
+  o.offload_params = c.offload_param;
   o.validate();
   return o;
 }

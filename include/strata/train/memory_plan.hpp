@@ -24,6 +24,7 @@ struct plan_layout {
   bool mixed = false;            // mixed<bf16|fp16>: a 16-bit gradient wire
   int state_slots = 2;           // optimizer moments per param (AdamW: 2)
   bool device = false;           // a device trainer: offload stages copies through host memory
+  bool offload_params = false;   // ZeRO-3's param shard in host memory (a device trainer only)
   std::size_t bucket_elems = 0;  // trainer_options::bucket_elems
   std::vector<std::size_t> pipeline_cuts;
 };
@@ -41,7 +42,7 @@ memory_report plan_memory(Model& m, const plan_layout& l, int stage, std::size_t
   if (layers) *layers = range;
   const bucket_plan plan(layout, l.dp, l.bucket_elems, range.first, range.second);
   const bool split = l.device && l.offload;
-  return detail::state_sizes::of(plan, l.zero_stage, l.state_slots, l.mixed, split)
+  return detail::state_sizes::of(plan, l.zero_stage, l.state_slots, l.mixed, split, l.device && l.offload_params)
       .report(l.mixed ? 2 : 4, split, l.offload, activation_bytes);
 }
 

@@ -32,6 +32,11 @@ struct trainer_options {
   // only their input between forward and backward and run forward again just before
   // their backward. Memory falls to one layer's cache; the weights stay the same bits.
   std::vector<std::string> recompute;
+  // ZeRO-3 parameter offload (DeepSpeed's zero_optimization.offload_param, device "cpu"):
+  // a GPU trainer keeps its param shard in pinned host memory and copies each piece up
+  // inside the all-gather that needs it (prefetched as gathers are). On the host the
+  // params already live in host memory, so nothing changes there. ZeRO-3 only.
+  bool offload_params = false;
 
   void validate() const {
     expects<config_error>(micro_batches >= 1,

@@ -39,6 +39,16 @@ TEST_CASE("a full config maps onto trainer_options once the batch is resolved") 
   CHECK(o.rounding == strata::rounding::stochastic);
 }
 
+TEST_CASE("ZeRO-3's offload_param becomes the trainer's offload_params") {
+  run_config c = strata::parse_config(
+      R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})");
+  c.resolve(2);
+  CHECK(strata::to_trainer_options(c).offload_params);
+  run_config none = strata::parse_config(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})");
+  none.resolve(2);
+  CHECK_FALSE(strata::to_trainer_options(none).offload_params);
+}
+
 TEST_CASE("micro_batches follow the batch resolved last") {
   run_config c = parse_config(R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4})");
   c.resolve(4);

@@ -59,7 +59,8 @@ class engine<cuda> {
     STRATA_CHECK_CUBLAS(cublasCreate(&blas_));
     STRATA_CHECK_CUBLAS(cublasSetStream(blas_, stream_.get()));
     // Plain fp32 GEMMs: no TF32 (that would lose the host's numbers), and cuBLAS's
-    // single-stream results are the same bits run to run.
+    // single-stream results are the same bits run to run. (16-bit operands, in mixed
+    // precision, take tensor cores whatever the math mode.)
     STRATA_CHECK_CUBLAS(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
   }
   engine(const engine&) = delete;
@@ -74,7 +75,15 @@ class engine<cuda> {
 
   using comm_type = nccl_comm;
 
-  executor<cuda> exec() const noexcept { return {stream_.get(), blas_, &scratch_}; }
+  executor<cuda> exec() const noexcept { return {stream_.get(), blas_, &scratch_, gemm_}; }
+  // The layers' GEMMs read P operands: fp32 as stored, or bf16/fp16 on tensor cores
+  // (mixed precision; fp32 accumulation and results either way).
+  template <class P>
+  void use_gemm_operands() noexcept {
+    gemm_ = std::is_same_v<P, bf16>   ? gemm_operands::bf16
+            : std::is_same_v<P, fp16> ? gemm_operands::fp16
+                                      : gemm_operands::fp32;
+  }
   // The layers' id checks, read back once per step (settle_id_checks) instead of each
   // waiting for the device.
   deferred_id_checks<cuda>* id_checks() noexcept { return &id_checks_; }
@@ -165,6 +174,7 @@ class engine<cuda> {
   cuda_stream stream_;
   cublasHandle_t blas_ = nullptr;
   mutable cuda_scratch scratch_;  // lent to the layers with the stream (exec())
+  gemm_operands gemm_ = gemm_operands::fp32;
   deferred_id_checks<cuda> id_checks_;
   kernels::cuda_reducer<float> reducer_;
   cuda_run_table table_;

@@ -27,14 +27,15 @@ struct device_side {
   // the host the grid's own; on a GPU, NCCL communicators over the same processes
   // (collective over data, then tensor). The context gets the
   // engine's executor and the tensor-parallel communicator, and on a GPU the engine's
-  // deferred id checks.
-  template <class HostComm, class Ctx>
+  // deferred id checks and GEMMs on Compute operands (tensor cores for 16 bits).
+  template <class Compute, class HostComm, class Ctx>
   void start(std::size_t largest, HostComm& data, HostComm& tensor, Ctx& ctx) {
     eng = std::make_unique<engine_t>(largest);
     if constexpr (std::is_same_v<comm_t, HostComm>) {
       dp = &data;
       ctx.set_tp(&tensor);
     } else {
+      eng->template use_gemm_operands<Compute>();
       dp_own.emplace(eng->make_comm(data, "data"));
       dp = &*dp_own;
       // Also at tp = 1, so that a layer sees a (size-1) tensor group in both spaces.

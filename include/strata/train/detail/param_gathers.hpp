@@ -1,6 +1,7 @@
 // Params that other data-parallel ranks hold: ZeRO-3 all-gathers a bucket into one of two
 // live slots before its layers run, prefetching the next bucket in the direction of
-// travel; ZeRO-1/2 all-gather every bucket's updated piece after the optimizer step.
+// travel; ZeRO-1/2 all-gather every bucket's updated piece after the optimizer step. A
+// param shard offloaded to host memory goes up piece by piece inside its gather.
 #pragma once
 #include <cstddef>
 #include <span>
@@ -81,8 +82,17 @@ class param_gathers {
       bind_live(b);
       return;
     }
-    slot.req = dev_.dp->all_gather_async(std::span<const float>(state_.params.data() + bk.shard_offset, bk.piece),
-                                         std::span<float>(state_.live.data() + plan_.slot_offset(b), bk.size));
+    const std::span<const float> piece(state_.param_data() + bk.shard_offset, bk.piece);
+    const std::span<float> out(state_.live.data() + plan_.slot_offset(b), bk.size);
+    if constexpr (!Types::on_host) {
+      // Copied into this rank's block of the slot on the communication stream, so the
+      // upload overlaps compute as the gather does, then gathered in place.
+      if (state_.params_offloaded()) {
+        slot.req = dev_.dp->all_gather_from_host_async(piece, out);
+        return;
+      }
+    }
+    slot.req = dev_.dp->all_gather_async(piece, out);
   }
 
   void bind_live(std::size_t b) {

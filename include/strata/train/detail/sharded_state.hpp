@@ -2,7 +2,8 @@
 // bucket plan, and the runs of the flat shard that the optimizer steps. Compute-side
 // buffers live in Space; master and moments in OptSpace (pinned host memory when a CUDA
 // trainer offloads them, which then also needs host copies of the grad shard and of the
-// rounded params on their way back).
+// rounded params on their way back). ZeRO-3's param shard may live in pinned host memory
+// too (offload_params), each piece copied up just before its gather.
 #pragma once
 #include <cstddef>
 #include <type_traits>
@@ -31,13 +32,19 @@ struct state_sizes {
   std::size_t reduced = 0;                                      // fp32, fp32 training only
   std::size_t master = 0, state0 = 0, state1 = 0;               // fp32, optimizer space
   std::size_t host_grads = 0, host_params = 0;                  // fp32, a device trainer's offload staging
+  std::size_t host_param_shard = 0;                             // fp32, ZeRO-3's params offloaded off a device
 
   // split: the optimizer space is not the compute space (a CUDA trainer's offload).
-  static state_sizes of(const bucket_plan& plan, int stage, int state_slots, bool mixed, bool split) {
+  // offload_params: a device trainer's ZeRO-3 param shard lives in host memory; its
+  // rounded params are then written there, so the offload staging needs no copy of them.
+  static state_sizes of(const bucket_plan& plan, int stage, int state_slots, bool mixed, bool split,
+                        bool offload_params = false) {
     state_sizes n;
     const std::size_t total = plan.total(), shard = plan.shard_size();
     const std::size_t two_buckets = plan.slot_elems(), two_pieces = plan.slot_piece_elems();
-    n.params = stage < 3 ? total : shard;
+    const bool params_off = offload_params && stage == 3;
+    n.params = params_off ? 0 : stage < 3 ? total : shard;
+    n.host_param_shard = params_off ? shard : 0;
     n.live = stage == 3 ? two_buckets : 0;  // ZeRO-3's gathered buckets, two in flight
     n.grads = stage < 2 ? total : two_buckets;
     n.grad_shard = shard;
@@ -48,7 +55,8 @@ struct state_sizes {
     n.master = owned;
     n.state0 = state_slots > 0 ? owned : 0;
     n.state1 = state_slots > 1 ? owned : 0;
-    n.host_grads = n.host_params = split ? owned : 0;
+    n.host_grads = split ? owned : 0;
+    n.host_params = split && !params_off ? owned : 0;
     return n;
   }
 
@@ -62,10 +70,12 @@ struct state_sizes {
     r.bytes["optimizer_states"] = (state0 + state1) * f;
     r.bytes["comm_buffers"] = reduced * f + (wire + wire_out) * compute_bytes;
     if (split) r.bytes["offload_staging"] = (host_grads + host_params) * f;
+    if (host_param_shard) r.bytes["param_shard"] = host_param_shard * f;
     r.bytes["activations"] = activation_bytes;
     r.bytes["io_staging"] = io_staging_bytes;
     for (auto& [k, v] : r.bytes)
-      r.offloaded[k] = offload && (k == "master" || k == "optimizer_states" || k == "offload_staging");
+      r.offloaded[k] =
+          (offload && (k == "master" || k == "optimizer_states" || k == "offload_staging")) || k == "param_shard";
     return r;
   }
 };
@@ -80,15 +90,19 @@ struct sharded_state {
   dev<float> params, live, grads, grad_shard, reduced;
   opt<float> master, state0, state1;
   opt<float> host_grads, host_params;  // split only: the grad shard and new params in transit
-  dev<Compute> wire, wire_out;         // 16-bit gradient staging for mixed precision
+  // ZeRO-3's param shard in host memory (offload_params off the host), in place of params.
+  buffer<float, typename offload_space<Space>::type> host_param_shard;
+  dev<Compute> wire, wire_out;  // 16-bit gradient staging for mixed precision
   std::vector<update_run> runs;
   state_sizes sizes;  // what allocate() sized the buffers to
   int rank = 0;
 
-  void allocate(const bucket_plan& plan, int stage, int state_slots, bool mixed, int my_rank) {
+  void allocate(const bucket_plan& plan, int stage, int state_slots, bool mixed, int my_rank,
+                bool offload_params = false) {
     rank = my_rank;
-    const state_sizes n = sizes = state_sizes::of(plan, stage, state_slots, mixed, split);
+    const state_sizes n = sizes = state_sizes::of(plan, stage, state_slots, mixed, split, offload_params);
     params = dev<float>(n.params);
+    host_param_shard = decltype(host_param_shard)(n.host_param_shard);
     live = dev<float>(n.live);
     grads = dev<float>(n.grads);
     grad_shard = dev<float>(n.grad_shard);
@@ -139,16 +153,27 @@ struct sharded_state {
     }
   }
 
+  // Whether the param shard lives in host memory (ZeRO-3 offload_params off the host).
+  bool params_offloaded() const noexcept { return sizes.host_param_shard > 0; }
+  // The compute params this rank holds: the full params (stages 0-2) or its shard (3).
+  float* param_data() noexcept { return params_offloaded() ? host_param_shard.data() : params.data(); }
+
   // Compute params of run r = its master rounded to P: on the device, or, with the state
   // on the host, rounded there and copied over while the host goes on to the next run.
+  // An offloaded param shard is written where it lives: by the host from a host master,
+  // by the device (through unified addressing) from a device master.
   template <class P, class Engine, class HostEngine>
   void refresh_run(Engine& eng, HostEngine& host_eng, const update_run& r) {
     const std::size_t n = r.end - r.begin;
     if constexpr (split) {
+      if (params_offloaded()) {
+        host_eng.template round_into<P>(master.data() + r.begin, host_param_shard.data() + r.out_begin, n);
+        return;
+      }
       host_eng.template round_into<P>(master.data() + r.begin, host_params.data() + r.begin, n);
       eng.upload_async(params.data() + r.out_begin, host_params.data() + r.begin, n);
     } else {
-      eng.template round_into<P>(master.data() + r.begin, params.data() + r.out_begin, n);
+      eng.template round_into<P>(master.data() + r.begin, param_data() + r.out_begin, n);
     }
   }
 

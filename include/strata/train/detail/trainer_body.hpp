@@ -73,13 +73,21 @@ class trainer_body {
       return cat("strata::trainer: pipeline parallelism (pp = ", grid_.pp_size(),
                  ") runs in the host space only so far; use pipeline = 1 with strata::cuda");
     });
+    expects<config_error>(!opts_.offload_params || stage == 3, [&] {
+      return cat(
+          "strata::trainer: offload_params (zero_optimization.offload_param) needs ZeRO stage 3, as in "
+          "DeepSpeed (this trainer is stage ",
+          stage, ")");
+    });
     assign_names(model_);
     layout_ = flat_layout::of(model_);
     table_ = make_layer_table<ctx_t>(model_, static_cast<std::size_t>(opts_.micro_batches), opts_.recompute);
     params_.choose_layers(layout_, opts_.pipeline_cuts, grid_.pp_size(), grid_.pp_rank());
     plan_ = bucket_plan(layout_, dp_.size(), opts_.bucket_elems, params_.first_layer, params_.end_layer);
-    dev_.start(plan_.shard_size(), dp_, grid_.tensor(), driver_.ctx());
-    state_.allocate(plan_, stage, Optimizer::state_slots, Precision::is_mixed, dp_.rank());
+    dev_.template start<typename types::compute_t>(plan_.shard_size(), dp_, grid_.tensor(), driver_.ctx());
+    // On the host the params already live in host memory: offload_params moves nothing.
+    state_.allocate(plan_, stage, Optimizer::state_slots, Precision::is_mixed, dp_.rank(),
+                    opts_.offload_params && !types::on_host);
     dev_.eng->prepare_step(state_.runs, state_.master.size());
     dev_.host_eng.prepare_step(state_.runs, state_.master.size());
     driver_.allocate_losses();
