@@ -113,6 +113,7 @@ TEST_CASE("offload_params keeps ZeRO-3's param shard in host memory and gives th
   s.opts.offload_params = true;
   const auto off = on_gpu<strata::zero<3>>(s);
   CHECK(off.hash == dev.hash);
+  CHECK(on_gpu<strata::zero<3>, strata::mixed<strata::bf16>>(s).hash == dev16.hash);
   CHECK(on_gpu<strata::zero<3, strata::offload_optimizer>>(s).hash == dev.hash);
   CHECK(on_gpu<strata::zero<3, strata::offload_optimizer>, strata::mixed<strata::bf16>>(s).hash == dev16.hash);
   CHECK(off.memory.offloaded.at("param_shard"));

@@ -210,10 +210,11 @@ static_assert(memory_space<cuda> && memory_space<pinned>);
 template <class T>
 using cuda_buffer = buffer<T, cuda>;
 
-// Device memory that the operations of one stream borrow for partial sums (add_column_sums'
-// chunks), sort keys and 16-bit GEMM operands. It grows in stream order (cudaMallocAsync after cudaFreeAsync of the
-// smaller one), so growing never waits for the device, and after the first step it stays put; counted in
-// cuda::counters. Used from one stream at a time.
+// Device memory that the operations of one stream borrow: add_column_sums' partial sums,
+// the scatter's sort keys, 16-bit GEMM operands. It grows in stream order (cudaMallocAsync
+// after cudaFreeAsync of the smaller one), so growing never waits for the device, and
+// after the first step it stays put; counted in cuda::counters. Used from one stream at a
+// time.
 class cuda_scratch {
  public:
   cuda_scratch() = default;

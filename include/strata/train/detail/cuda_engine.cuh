@@ -104,8 +104,9 @@ class engine<cuda> {
   void synchronize() { wait_stream(stream_.get()); }
 
   void fill(float* p, std::size_t n, float v) { kernels::run_cuda(n, engine_ops::fill{p, v}, stream()); }
+  // dst may be pinned host memory (ZeRO-3's offloaded params): the kind follows the pointers.
   void copy(float* dst, const float* src, std::size_t n) {
-    if (n) STRATA_CHECK_CUDA(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream()));
+    if (n) STRATA_CHECK_CUDA(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, stream()));
   }
   void accumulate(float* acc, const float* in, std::size_t n, bool first) {
     if (first)
