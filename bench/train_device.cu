@@ -95,8 +95,8 @@ int run_train_cuda(int argc, char** argv) {
     std::printf("# bench/train --device cuda: %s, gpt mixed<bf16> AdamW zero<1>, median of %d steps after %d\n",
                 prop.name, o.steps, o.warmup);
     std::printf(
-        "# GEMMs: bf16 operands on tensor cores, fp32 accumulation; params and activations still stored in fp32 "
-        "(issue #14 item 3)\n");
+        "# GEMMs: bf16 operands on tensor cores, fp32 accumulation; compute params stored in bf16, activations "
+        "still in fp32 (issue #14 item 3)\n");
     std::printf("%-6s %6s %4s %5s %5s %6s %11s %6s %9s %10s %9s %7s %10s\n", "model", "layers", "dim", "heads", "seq",
                 "vocab", "params", "batch", "step ms", "tokens/s", "TFLOP/s", "MFU %", "loss");
     char mfu[32] = "n/a";

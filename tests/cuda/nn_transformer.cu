@@ -4,7 +4,8 @@
 // grouped-query attention with rotary embedding, the SwiGLU MLP, the tensor-parallel
 // layers at tp = 1 (context with an nccl_comm of size 1) and their block moves, forward
 // and backward; bad ids and targets give the host's errors; the whole gpt example model
-// and Qwen2 through the trainer's layer table; the same bits run to run.
+// and Qwen2 through the trainer's layer table; the same bits run to run; both models with
+// bf16 weights and tensor-core GEMMs (a mixed trainer's) against the host in fp32.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -28,6 +29,8 @@ using namespace strata_test;
 namespace nn = strata::nn;
 namespace sp = strata::nn;
 using device_ctx = strata::context<strata::cuda, strata::nccl_comm>;
+// A mixed<bf16> GPU trainer's: weights stored in bf16 (nn::weights_of).
+using device_ctx16 = strata::context<strata::cuda, strata::nccl_comm, strata::bf16>;
 
 // One MPI session for the whole program: MPI cannot start again once finalized.
 strata::environment& env() {
@@ -583,9 +586,47 @@ void compare_models(Model& hm, Model& dm, const Pairs& params, const strata::bat
     CHECK(same_bits(grads_of(*params[k].second), first[k]));
   }
 }
-}  // namespace
 
-TEST_CASE("gpt model: the device's loss and gradients match the host's, the same bits run to run") {
+// mixed<bf16> on a GPU: the trainer's compute params in bf16, GEMMs on tensor cores with
+// activations rounded at their inputs; the host runs the same bf16-rounded weights in
+// fp32. Emulated on the host (cblas_sgemm rounding its operands to bf16, these models and
+// data), the loss moved by 2.5e-6 (gpt) and 1.2e-6 (qwen2) relative and the gradients by
+// up to 3.3e-3 and 1.4e-2 normwise: 1e-4 and 5e-2 hold them with room, and a wrong
+// layout, type or missing term still fails (1e-2 to 1 of the loss, O(1) of a gradient).
+template <class Model, class Pairs>
+void compare_models_bf16(Model& hm, Model& dm, const Pairs& params, const strata::batch<>& b) {
+  std::deque<strata::cuda_buffer<strata::bf16>> weights;
+  for (const auto& [h, d] : params) {
+    if (h->numel() == 0) continue;
+    std::vector<strata::bf16> w(h->numel());
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      w[i] = strata::bf16(h->data()[i]);
+      h->data()[i] = static_cast<float>(w[i]);
+    }
+    auto& stored = weights.emplace_back(w.size());
+    strata::cuda::copy(stored.data(), w.data(), stored.bytes());
+    d->data_ptr = reinterpret_cast<float*>(stored.data());  // as the trainer binds 16-bit params
+  }
+  host_ctx hctx;
+  device_env denv;
+  device_ctx16 ctx;
+  auto exec = denv.exec.get();
+  exec.gemm = strata::gemm_operands::bf16;
+  ctx.set_exec(exec);
+  ctx.set_tp(&denv.tp);
+  model_pass<host_ctx> hp(hm);
+  model_pass<device_ctx16> dp(dm);
+  hp.run(hctx, b);
+  dp.run(ctx, b);
+  denv.synchronize();
+  const float host_loss = hp.acts.back()[0], device_loss = read(dp.acts.back())[0];
+  require_close("loss", 0, device_loss, host_loss, 1e-4 * std::abs(host_loss));
+  for (const auto& [h, d] : params) check_normwise(grads_of(*d), host_grads(*h), 5e-2, h->name + " grad (bf16)");
+}
+
+// The two test models, their params bound alike on both sides, and a batch for them.
+template <class Compare>
+void on_gpt(Compare&& compare) {
   const gpt::config cfg{48, 10, 32, 4, 2};  // vocab, seq, dim, heads, layers
   gpt::model hm = gpt::make_model(cfg), dm = gpt::make_model(cfg);
   std::mt19937 rng(79);
@@ -594,8 +635,39 @@ TEST_CASE("gpt model: the device's loss and gradients match the host's, the same
   gpt::synthetic_tokens data(cfg, 5);
   strata::batch<> b;
   data.fill(0, 6, b);
+  compare(hm, dm, params, b);
+}
+template <class Compare>
+void on_qwen2(Compare&& compare) {
+  strata::models::qwen2_config cfg;
+  cfg.vocab_size = 48;
+  cfg.hidden_size = 32;
+  cfg.intermediate_size = 48;
+  cfg.num_hidden_layers = 2;
+  cfg.num_attention_heads = 4;
+  cfg.num_key_value_heads = 2;
+  cfg.max_position_embeddings = 16;
+  strata::models::qwen2 hm = strata::models::make_qwen2(cfg), dm = strata::models::make_qwen2(cfg);
+  std::mt19937 rng(101);
+  param_pair_store store;
+  const auto params = store.bind_all(hm, dm, rng, 0.2f, false);
+  strata::batch<> b;
+  b.inputs = host_of({6, 10}, random_ids(60, cfg.vocab_size, rng));
+  b.targets = host_of({6, 10}, random_ids(60, cfg.vocab_size, rng));
+  compare(hm, dm, params, b);
+}
+}  // namespace
 
-  compare_models(hm, dm, params, b);
+TEST_CASE("gpt model: the device's loss and gradients match the host's, the same bits run to run") {
+  on_gpt([](auto& hm, auto& dm, const auto& params, const auto& b) { compare_models(hm, dm, params, b); });
+}
+
+TEST_CASE("gpt and qwen2 models with bf16 weights on tensor cores follow the host's fp32 on the same weights") {
+  const auto bf16 = [](auto& hm, auto& dm, const auto& params, const auto& b) {
+    compare_models_bf16(hm, dm, params, b);
+  };
+  on_gpt(bf16);
+  on_qwen2(bf16);
 }
 
 TEST_CASE("rms_norm: statistics, output and gradients match the host") {
@@ -678,20 +750,5 @@ TEST_CASE("swiglu_mlp: forward and backward match the host") {
 }
 
 TEST_CASE("qwen2 model: the device's loss and gradients match the host's, the same bits run to run") {
-  strata::models::qwen2_config cfg;
-  cfg.vocab_size = 48;
-  cfg.hidden_size = 32;
-  cfg.intermediate_size = 48;
-  cfg.num_hidden_layers = 2;
-  cfg.num_attention_heads = 4;
-  cfg.num_key_value_heads = 2;
-  cfg.max_position_embeddings = 16;
-  strata::models::qwen2 hm = strata::models::make_qwen2(cfg), dm = strata::models::make_qwen2(cfg);
-  std::mt19937 rng(101);
-  param_pair_store store;
-  const auto params = store.bind_all(hm, dm, rng, 0.2f, false);
-  strata::batch<> b;
-  b.inputs = host_of({6, 10}, random_ids(60, cfg.vocab_size, rng));
-  b.targets = host_of({6, 10}, random_ids(60, cfg.vocab_size, rng));
-  compare_models(hm, dm, params, b);
+  on_qwen2([](auto& hm, auto& dm, const auto& params, const auto& b) { compare_models(hm, dm, params, b); });
 }

@@ -41,6 +41,14 @@ test::mlp_result on_gpu(const test::mlp_setup& s = setup()) {
                                                                                      mlp::make_model(s.shape));
 }
 
+// The memory report of a GPU trainer after two steps.
+template <class Sharding, class Precision = strata::fp32>
+strata::memory_report on_gpu_memory() {
+  auto s = setup();
+  s.steps = 2;
+  return on_gpu<Sharding, Precision>(s).memory;
+}
+
 template <class Sharding, class Precision = strata::fp32>
 test::mlp_result on_host(const test::mlp_setup& s = setup()) {
   return test::run_mlp<Sharding, strata::adamw, Precision>(grid(), s);
@@ -119,6 +127,17 @@ TEST_CASE("offload_params keeps ZeRO-3's param shard in host memory and gives th
   CHECK(off.memory.offloaded.at("param_shard"));
   CHECK(off.memory.bytes.at("param_shard") + off.memory.bytes.at("params") == dev.memory.bytes.at("params"));
   CHECK(off.memory.in_space(false) == dev.memory.in_space(false) - off.memory.bytes.at("param_shard"));
+}
+
+// mixed<bf16> on a GPU keeps its compute params in 16 bits: half the params' bytes
+// (the shard and the live slots at ZeRO-3, the whole copy at 0-2), gathered as 16 bits.
+TEST_CASE("a mixed-precision GPU trainer holds its compute params in 16 bits") {
+  for (const auto& [fp32, half] :
+       {std::pair{on_gpu_memory<strata::zero<2>>(), on_gpu_memory<strata::zero<2>, strata::mixed<strata::bf16>>()},
+        std::pair{on_gpu_memory<strata::zero<3>>(), on_gpu_memory<strata::zero<3>, strata::mixed<strata::bf16>>()}}) {
+    CHECK(2 * half.bytes.at("params") == fp32.bytes.at("params"));
+    CHECK(half.bytes.at("master") == fp32.bytes.at("master"));
+  }
 }
 
 TEST_CASE("a GPU trainer with a checkpoint resumes to the uninterrupted weights") {

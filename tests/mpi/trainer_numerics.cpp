@@ -247,9 +247,17 @@ TEST_CASE("parameter offload: ZeRO-3 only, the shard leaves the device, nothing 
     // where it lives: the staging keeps only the grad shard on its way to the host.
     if (offload) CHECK(moved.bytes.at("offload_staging") == on_device.bytes.at("offload_staging") - f * S_);
     CHECK(moved.total() == on_device.total() - (offload ? f * S_ : 0));
-    // The host trainer's plan does not move it: nothing there is off the host.
+    // In mixed precision a GPU trainer's compute params are 16-bit: both halves halve.
+    l.mixed = true;
+    const memory_report half = plan_memory(m, l, 0, 0);
+    CHECK(half.bytes.at("params") == 2 * B2);
+    CHECK(half.bytes.at("param_shard") == 2 * S_);
+    // The host trainer's plan does not move it: nothing there is off the host, and its
+    // compute params stay fp32 (BLAS multiplies floats).
     l.device = false;
-    CHECK(plan_memory(m, l, 0, 0).bytes.count("param_shard") == 0);
+    const memory_report host_plan = plan_memory(m, l, 0, 0);
+    CHECK(host_plan.bytes.count("param_shard") == 0);
+    CHECK(host_plan.bytes.at("params") == f * (S_ + B2));
   }
 }
 

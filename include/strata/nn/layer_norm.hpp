@@ -16,8 +16,10 @@ namespace detail {
 
 // One row: the mean and the variance in two passes in double (the one-pass E[x^2] -
 // E[x]^2 cancels badly when |mean| >> std), then y.
+template <class W = float>
 struct layer_norm_forward_fn {
-  const float *x, *w, *b;
+  const float* x;
+  const W *w, *b;
   float *y, *mean, *rstd;
   std::int64_t d;
   double eps;
@@ -34,14 +36,18 @@ struct layer_norm_forward_fn {
       rstd[r] = rs;
     });
     float* yr = y + r * d;
-    row.for_each(d, [&](std::int64_t j) { yr[j] = (xr[j] - m) * rs * w[j] + b[j]; });
+    row.for_each(
+        d, [&](std::int64_t j) { yr[j] = (xr[j] - m) * rs * static_cast<float>(w[j]) + static_cast<float>(b[j]); });
   }
 };
 
 // One row of dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dy w, the means summed
 // in double.
+template <class W = float>
 struct layer_norm_backward_fn {
-  const float *x, *dy, *w, *mean, *rstd;
+  const float *x, *dy;
+  const W* w;
+  const float *mean, *rstd;
   float* dx;
   std::int64_t d;
   template <class Row>
@@ -49,14 +55,15 @@ struct layer_norm_backward_fn {
     const float *xr = x + r * d, *gr = dy + r * d;
     const float m = mean[r], rs = rstd[r];
     const double inv_d = 1.0 / static_cast<double>(d);
-    const double sg = row.sum(d, [&](std::int64_t j) { return static_cast<double>(gr[j] * w[j]); });
+    const double sg = row.sum(d, [&](std::int64_t j) { return static_cast<double>(gr[j] * static_cast<float>(w[j])); });
     const double sgx = row.sum(d, [&](std::int64_t j) {
-      const float gw = gr[j] * w[j];
+      const float gw = gr[j] * static_cast<float>(w[j]);
       return static_cast<double>(gw * ((xr[j] - m) * rs));
     });
     const float a = static_cast<float>(sg * inv_d), bb = static_cast<float>(sgx * inv_d);
     float* dxr = dx + r * d;
-    row.for_each(d, [&](std::int64_t j) { dxr[j] = rs * (gr[j] * w[j] - a - (xr[j] - m) * rs * bb); });
+    row.for_each(d,
+                 [&](std::int64_t j) { dxr[j] = rs * (gr[j] * static_cast<float>(w[j]) - a - (xr[j] - m) * rs * bb); });
   }
 };
 
@@ -96,8 +103,9 @@ struct layer_norm {
     c.mean.resize(detail::vector_shape(rows));
     c.rstd.resize(detail::vector_shape(rows));
     ops_of<Ctx>::rows(exec_of(ctx), rows, d,
-                      detail::layer_norm_forward_fn{x.data(), weight.data(), bias.data(), y.data(), c.mean.data(),
-                                                    c.rstd.data(), d, static_cast<double>(eps)});
+                      detail::layer_norm_forward_fn<weight_of<Ctx>>{x.data(), weights_of<Ctx>(weight),
+                                                                    weights_of<Ctx>(bias), y.data(), c.mean.data(),
+                                                                    c.rstd.data(), d, static_cast<double>(eps)});
     c.x = &x;
   }
 
@@ -117,9 +125,9 @@ struct layer_norm {
     dx.resize(x.shape());
     using ops = ops_of<Ctx>;
     const auto exec = exec_of(ctx);
-    ops::rows(
-        exec, rows, d,
-        detail::layer_norm_backward_fn{x.data(), dy.data(), weight.data(), c.mean.data(), c.rstd.data(), dx.data(), d});
+    ops::rows(exec, rows, d,
+              detail::layer_norm_backward_fn<weight_of<Ctx>>{x.data(), dy.data(), weights_of<Ctx>(weight),
+                                                             c.mean.data(), c.rstd.data(), dx.data(), d});
     ops::add_column_sums(exec, rows, d,
                          detail::layer_norm_weight_term{dy.data(), x.data(), c.mean.data(), c.rstd.data(), d},
                          weight.grad());

@@ -36,7 +36,8 @@ struct linear {
     detail::require_distinct(&x, &y, "linear", weight.name);
     const std::int64_t rows = detail::rows_of(x.shape());
     y.resize(detail::with_last(x.shape(), out));
-    detail::linear_forward(ctx, x.data(), rows, in, weight.data(), out, has_bias() ? bias.data() : nullptr, y.data());
+    detail::linear_forward(ctx, x.data(), rows, in, weights_of<Ctx>(weight), out,
+                           has_bias() ? weights_of<Ctx>(bias) : nullptr, y.data());
     c.x = &x;
   }
 
@@ -53,7 +54,7 @@ struct linear {
     detail::require_distinct(&dy, &dx, "linear", weight.name);
     const std::int64_t rows = detail::rows_of(x.shape());
     dx.resize(x.shape());
-    detail::linear_input_grad(ctx, dy.data(), rows, out, weight.data(), in, dx.data());
+    detail::linear_input_grad(ctx, dy.data(), rows, out, weights_of<Ctx>(weight), in, dx.data());
     detail::linear_param_grads(ctx, dy.data(), x.data(), rows, out, in, weight.grad(),
                                has_bias() ? bias.grad() : nullptr);
   }

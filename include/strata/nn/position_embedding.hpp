@@ -28,7 +28,7 @@ struct position_embedding {
     detail::require_distinct(&x, &y, kind, weight.name);
     y.resize(x.shape());
     const std::int64_t per_row = S * dim(), rows = static_cast<std::int64_t>(x.numel()) / per_row;
-    detail::add_rows(ctx, rows, per_row, x.data(), weight.data(), y.data());
+    detail::add_rows(ctx, rows, per_row, x.data(), weights_of<Ctx>(weight), y.data());
     c.x = &x;
   }
 

@@ -8,6 +8,7 @@
 #include "../core/config.hpp"
 #include "../model/param.hpp"
 #include "../space/tensor.hpp"
+#include "context.hpp"
 #include "detail/checks.hpp"
 
 namespace strata::nn {
@@ -15,8 +16,10 @@ namespace strata::nn {
 namespace detail {
 
 // One row: mean(x^2) in double, then y = (x rstd) weight, as transformers orders it.
+template <class W = float>
 struct rms_norm_forward_fn {
-  const float *x, *w;
+  const float* x;
+  const W* w;
   float *y, *rstd;
   std::int64_t d;
   double eps;
@@ -28,24 +31,28 @@ struct rms_norm_forward_fn {
     const float rs = static_cast<float>(1.0 / std::sqrt(ms + eps));
     row.once([&] { rstd[r] = rs; });
     float* yr = y + r * d;
-    row.for_each(d, [&](std::int64_t j) { yr[j] = (xr[j] * rs) * w[j]; });
+    row.for_each(d, [&](std::int64_t j) { yr[j] = (xr[j] * rs) * static_cast<float>(w[j]); });
   }
 };
 
 // One row of dx = rstd (g - xhat mean(g xhat)) with g = dy w and xhat = x rstd, the mean
 // summed in double.
+template <class W = float>
 struct rms_norm_backward_fn {
-  const float *x, *dy, *w, *rstd;
+  const float *x, *dy;
+  const W* w;
+  const float* rstd;
   float* dx;
   std::int64_t d;
   template <class Row>
   STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
     const float *xr = x + r * d, *gr = dy + r * d;
     const float rs = rstd[r];
-    const double sgx = row.sum(d, [&](std::int64_t j) { return static_cast<double>((gr[j] * w[j]) * (xr[j] * rs)); });
+    const double sgx = row.sum(
+        d, [&](std::int64_t j) { return static_cast<double>((gr[j] * static_cast<float>(w[j])) * (xr[j] * rs)); });
     const float b = static_cast<float>(sgx / static_cast<double>(d));
     float* dxr = dx + r * d;
-    row.for_each(d, [&](std::int64_t j) { dxr[j] = rs * (gr[j] * w[j] - (xr[j] * rs) * b); });
+    row.for_each(d, [&](std::int64_t j) { dxr[j] = rs * (gr[j] * static_cast<float>(w[j]) - (xr[j] * rs) * b); });
   }
 };
 
@@ -81,9 +88,9 @@ struct rms_norm {
     const std::int64_t rows = detail::rows_of(x.shape());
     y.resize(x.shape());
     c.rstd.resize(detail::vector_shape(rows));
-    ops_of<Ctx>::rows(
-        exec_of(ctx), rows, d,
-        detail::rms_norm_forward_fn{x.data(), weight.data(), y.data(), c.rstd.data(), d, static_cast<double>(eps)});
+    ops_of<Ctx>::rows(exec_of(ctx), rows, d,
+                      detail::rms_norm_forward_fn<weight_of<Ctx>>{x.data(), weights_of<Ctx>(weight), y.data(),
+                                                                  c.rstd.data(), d, static_cast<double>(eps)});
     c.x = &x;
   }
 
@@ -102,7 +109,8 @@ struct rms_norm {
     using ops = ops_of<Ctx>;
     const auto exec = exec_of(ctx);
     ops::rows(exec, rows, d,
-              detail::rms_norm_backward_fn{x.data(), dy.data(), weight.data(), c.rstd.data(), dx.data(), d});
+              detail::rms_norm_backward_fn<weight_of<Ctx>>{x.data(), dy.data(), weights_of<Ctx>(weight), c.rstd.data(),
+                                                           dx.data(), d});
     ops::add_column_sums(exec, rows, d, detail::rms_norm_weight_term{dy.data(), x.data(), c.rstd.data(), d},
                          weight.grad());
   }

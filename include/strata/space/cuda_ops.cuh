@@ -13,6 +13,7 @@
 #include <functional>
 #include <source_location>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../core/dtype.hpp"
@@ -240,11 +241,12 @@ __global__ void __launch_bounds__(Block)
 // Bytes rounded up to what cudaMalloc aligns to, for several arrays in one scratch.
 inline std::size_t cuda_aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+template <class R>
 struct broadcast_rows_fn {
-  const float* row;
+  const R* row;
   float* out;
   std::int64_t cols;
-  __device__ void operator()(std::int64_t i) const { out[i] = row[i % cols]; }
+  __device__ void operator()(std::int64_t i) const { out[i] = static_cast<float>(row[i % cols]); }
 };
 struct add_into_fn {
   float* a;
@@ -303,6 +305,18 @@ struct ops<cuda> {
     STRATA_CHECK_CUBLAS(cublasSgemm(exec.blas, detail::cublas_op(tb), detail::cublas_op(ta), static_cast<int>(n),
                                     static_cast<int>(m), static_cast<int>(k), &alpha, b, detail::cublas_ld(ldb), a,
                                     detail::cublas_ld(lda), &beta, c, detail::cublas_ld(ldc)));
+  }
+
+  // B already 16-bit (a mixed trainer's weights, nn::weights_of): only A is rounded, to
+  // B's type, and B is read where it lives.
+  template <class W>
+  requires(std::is_same_v<W, bf16> || std::is_same_v<W, fp16>)
+  static void gemm(const exec_type& exec, transpose ta, transpose tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                   float alpha, const float* a, std::int64_t lda, const W* b, std::int64_t ldb, float beta, float* c,
+                   std::int64_t ldc) {
+    if (m == 0 || n == 0) return;
+    detail::require_int_extents(m, n, k, lda, ldb, ldc);
+    gemm_16bit_as<W>(exec, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
   }
 
   static void gemm_strided_batched(const exec_type& exec, transpose ta, transpose tb, std::int64_t m, std::int64_t n,
@@ -436,10 +450,11 @@ struct ops<cuda> {
       STRATA_CHECK_CUDA(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice,
                                         exec.stream));
   }
-  static void broadcast_rows(const exec_type& exec, std::int64_t rows, std::int64_t cols, const float* row,
-                             float* out) {
+  // row: float, or a 16-bit weight of a mixed trainer's (nn::weights_of).
+  template <class R>
+  static void broadcast_rows(const exec_type& exec, std::int64_t rows, std::int64_t cols, const R* row, float* out) {
     if (rows == 0 || cols == 0) return;
-    map(exec, rows * cols, detail::broadcast_rows_fn{row, out, cols});
+    map(exec, rows * cols, detail::broadcast_rows_fn<R>{row, out, cols});
   }
   static void add_into(const exec_type& exec, std::int64_t n, float* a, const float* b) {
     map(exec, n, detail::add_into_fn{a, b});
@@ -455,36 +470,49 @@ struct ops<cuda> {
                          const float* b, std::int64_t ldb, std::int64_t stride_b, float beta, float* c,
                          std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
     if (exec.gemm == gemm_operands::bf16)
-      gemm_16bit_as<bf16>(exec, CUDA_R_16BF, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
-                          stride_c, batch);
+      gemm_16bit_as<bf16>(exec, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c,
+                          batch);
     else
-      gemm_16bit_as<fp16>(exec, CUDA_R_16F, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
-                          stride_c, batch);
+      gemm_16bit_as<fp16>(exec, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c,
+                          batch);
   }
 
-  template <class T>
-  static void gemm_16bit_as(const exec_type& exec, cudaDataType_t type, transpose ta, transpose tb, std::int64_t m,
-                            std::int64_t n, std::int64_t k, float alpha, const float* a, std::int64_t lda,
-                            std::int64_t stride_a, const float* b, std::int64_t ldb, std::int64_t stride_b, float beta,
-                            float* c, std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
+  // B is float (rounded and packed like A) or already T (read as it is stored).
+  template <class T, class BIn>
+  static void gemm_16bit_as(const exec_type& exec, transpose ta, transpose tb, std::int64_t m, std::int64_t n,
+                            std::int64_t k, float alpha, const float* a, std::int64_t lda, std::int64_t stride_a,
+                            const BIn* b, std::int64_t ldb, std::int64_t stride_b, float beta, float* c,
+                            std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
+    constexpr cudaDataType_t type = std::is_same_v<T, bf16> ? CUDA_R_16BF : CUDA_R_16F;
+    constexpr bool pack_b = !std::is_same_v<BIn, T>;
     // The operands as stored (row-major): A is m x k, or k x m transposed; B k x n, or n x k.
     const std::int64_t a_rows = ta == transpose::yes ? k : m, a_cols = ta == transpose::yes ? m : k;
     const std::int64_t b_rows = tb == transpose::yes ? n : k, b_cols = tb == transpose::yes ? k : n;
-    const std::int64_t a_n = batch * a_rows * a_cols, b_n = batch * b_rows * b_cols;
+    const std::int64_t a_n = batch * a_rows * a_cols, b_n = pack_b ? batch * b_rows * b_cols : 0;
     const std::size_t a_bytes = detail::cuda_aligned(static_cast<std::size_t>(a_n) * sizeof(T));
     cuda_scratch own;
     const std::size_t bytes = std::max<std::size_t>(a_bytes + static_cast<std::size_t>(b_n) * sizeof(T), 1);
     char* base = static_cast<char*>((exec.scratch ? *exec.scratch : own).get(bytes, exec.stream));
     T* a16 = reinterpret_cast<T*>(base);
-    T* b16 = reinterpret_cast<T*>(base + a_bytes);
     map(exec, a_n, detail::pack_operand_fn<T>{a, a16, a_rows, a_cols, lda, stride_a});
-    map(exec, b_n, detail::pack_operand_fn<T>{b, b16, b_rows, b_cols, ldb, stride_b});
-    STRATA_CHECK_CUBLAS(cublasGemmStridedBatchedEx(
-        exec.blas, detail::cublas_op(tb), detail::cublas_op(ta), static_cast<int>(n), static_cast<int>(m),
-        static_cast<int>(k), &alpha, b16, type, detail::cublas_ld(b_cols), static_cast<long long>(b_rows * b_cols), a16,
-        type, detail::cublas_ld(a_cols), static_cast<long long>(a_rows * a_cols), &beta, c, CUDA_R_32F,
-        detail::cublas_ld(ldc), static_cast<long long>(batch > 1 ? stride_c : 0), static_cast<int>(batch),
-        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    const T* b16 = nullptr;
+    std::int64_t b_ld = ldb, b_stride = stride_b;
+    if constexpr (pack_b) {
+      T* packed = reinterpret_cast<T*>(base + a_bytes);
+      map(exec, b_n, detail::pack_operand_fn<T>{b, packed, b_rows, b_cols, ldb, stride_b});
+      b16 = packed;
+      b_ld = b_cols;
+      b_stride = b_rows * b_cols;
+    } else {
+      b16 = b;
+    }
+    STRATA_CHECK_CUBLAS(
+        cublasGemmStridedBatchedEx(exec.blas, detail::cublas_op(tb), detail::cublas_op(ta), static_cast<int>(n),
+                                   static_cast<int>(m), static_cast<int>(k), &alpha, b16, type, detail::cublas_ld(b_ld),
+                                   static_cast<long long>(batch > 1 ? b_stride : 0), a16, type,
+                                   detail::cublas_ld(a_cols), static_cast<long long>(a_rows * a_cols), &beta, c,
+                                   CUDA_R_32F, detail::cublas_ld(ldc), static_cast<long long>(batch > 1 ? stride_c : 0),
+                                   static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     own.release(exec.stream);
   }
 };

@@ -30,7 +30,8 @@ inline constexpr float ignore_label = -100.0f;
 // fixed: the result never depends on thread counts or timing.
 //
 //   gemm(exec, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-//       C[m, n] = alpha op(A) op(B) + beta C, row-major; with beta 0, C is not read.
+//       C[m, n] = alpha op(A) op(B) + beta C, row-major; with beta 0, C is not read. B may
+//       be of the context's weight type (nn::weights_of: 16-bit in a mixed GPU trainer).
 //   gemm_strided_batched(exec, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b,
 //                        beta, c, ldc, stride_c, batch)
 //       the same for batch matrices q, each X_q = x + q stride_x.
@@ -52,7 +53,7 @@ inline constexpr float ignore_label = -100.0f;
 //       (deferred_id_checks below): queued, and read back once per step.
 //   scatter_add_rows(exec, n, d, lo, local, ids, src, out)
 //       out[ids[t] - lo, :] += src[t, :] for the ids in [lo, lo + local), in token order.
-//   fill_zero, copy, broadcast_rows (out[r, :] = row), add_into (a += b).
+//   fill_zero, copy, broadcast_rows (out[r, :] = row, row of the weight type), add_into (a += b).
 //   prefers_batched                    whether layers should batch small GEMMs into one
 //                                      strided call (a GPU) or run them one by one (the host).
 //

@@ -8,11 +8,15 @@
 
 namespace strata {
 
-template <class Space, class Comm = world_comm>
+// Weight: the element type the layers read their params as (nn::weights_of): float, or
+// the 16-bit compute type of a mixed-precision GPU trainer, which keeps no fp32 copy of
+// its compute params.
+template <class Space, class Comm = world_comm, class Weight = float>
 class context {
  public:
   using space_type = Space;
   using comm_type = Comm;
+  using weight_type = Weight;
 
   // Targets of the micro-batch being computed: class ids as floats [B] for
   // cross-entropy, values [B, F] for mse.

@@ -23,7 +23,8 @@ struct plan_layout {
   bool offload = false;
   bool mixed = false;            // mixed<bf16|fp16>: a 16-bit gradient wire
   int state_slots = 2;           // optimizer moments per param (AdamW: 2)
-  bool device = false;           // a device trainer: offload stages copies through host memory
+  bool device = false;           // a device trainer: 16-bit compute params when mixed; offload
+                                 // stages copies through host memory
   bool offload_params = false;   // ZeRO-3's param shard in host memory (a device trainer only)
   std::size_t bucket_elems = 0;  // trainer_options::bucket_elems
   std::vector<std::size_t> pipeline_cuts;
@@ -43,7 +44,7 @@ memory_report plan_memory(Model& m, const plan_layout& l, int stage, std::size_t
   const bucket_plan plan(layout, l.dp, l.bucket_elems, range.first, range.second);
   const bool split = l.device && l.offload;
   return detail::state_sizes::of(plan, l.zero_stage, l.state_slots, l.mixed, split, l.device && l.offload_params)
-      .report(l.mixed ? 2 : 4, split, l.offload, activation_bytes);
+      .report(l.mixed ? 2 : 4, split, l.offload, activation_bytes, l.device && l.mixed ? 2 : 4);
 }
 
 }  // namespace strata

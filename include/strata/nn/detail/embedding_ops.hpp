@@ -9,15 +9,17 @@
 #include "../../model/param.hpp"
 #include "../../space/ops.hpp"
 #include "../../space/tensor.hpp"
+#include "../context.hpp"
 #include "checks.hpp"
 
 namespace strata::nn::detail {
 
 // y[t, :] = the table's row for ids[t], zeros for an id another rank holds. The ids have
 // been checked to be whole numbers in range.
+template <class W = float>
 struct gather_rows_fn {
   const float* ids;
-  const float* w;
+  const W* w;
   float* y;
   std::int64_t d, lo, local;
   template <class Row>
@@ -25,8 +27,8 @@ struct gather_rows_fn {
     const std::int64_t r = static_cast<std::int64_t>(ids[t]) - lo;
     float* yt = y + t * d;
     if (r >= 0 && r < local) {
-      const float* wr = w + r * d;
-      row.for_each(d, [&](std::int64_t j) { yt[j] = wr[j]; });
+      const W* wr = w + r * d;
+      row.for_each(d, [&](std::int64_t j) { yt[j] = static_cast<float>(wr[j]); });
     } else {
       row.for_each(d, [&](std::int64_t j) { yt[j] = 0.0f; });
     }
@@ -57,7 +59,9 @@ void lookup(Ctx& ctx, std::string_view kind, const param<float>& weight, table_r
   shape out = s;
   out[out.rank++] = d;
   y.resize(out);
-  ops_of<Ctx>::rows(exec_of(ctx), n, d, gather_rows_fn{ids.data(), weight.data(), y.data(), d, rows.lo, rows.local});
+  ops_of<Ctx>::rows(
+      exec_of(ctx), n, d,
+      gather_rows_fn<weight_of<Ctx>>{ids.data(), weights_of<Ctx>(weight), y.data(), d, rows.lo, rows.local});
 }
 
 // Its backward: grad[id - lo] += dy row for each token whose id the table holds, in token

@@ -5,6 +5,7 @@
 
 #include "../../core/config.hpp"
 #include "../../space/ops.hpp"
+#include "../context.hpp"
 
 namespace strata::nn::detail {
 
@@ -15,24 +16,26 @@ struct matrix_term {
   STRATA_HOST_DEVICE float operator()(std::int64_t i, std::int64_t j) const { return src[i * cols + j]; }
 };
 
-// y[r, :] = x[r, :] + row for every r (x may be y).
+// y[r, :] = x[r, :] + row for every r (x may be y); row of the weight type W.
+template <class W = float>
 struct add_row_fn {
   const float* x;
-  const float* row;
+  const W* row;
   float* y;
   std::int64_t cols;
   template <class Row>
   STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& r, std::int64_t i) const {
     const float* xi = x + i * cols;
     float* yi = y + i * cols;
-    r.for_each(cols, [&](std::int64_t j) { yi[j] = xi[j] + row[j]; });
+    r.for_each(cols, [&](std::int64_t j) { yi[j] = xi[j] + static_cast<float>(row[j]); });
   }
 };
 
-// y[rows, out] = x[rows, in] W[out, in]^T (+ b[out] when b is not null).
+// y[rows, out] = x[rows, in] W[out, in]^T (+ b[out] when b is not null); W and b as the
+// context stores weights (nn::weights_of).
 template <class Ctx>
-void linear_forward(Ctx& ctx, const float* x, std::int64_t rows, std::int64_t in, const float* w, std::int64_t out,
-                    const float* b, float* y) {
+void linear_forward(Ctx& ctx, const float* x, std::int64_t rows, std::int64_t in, const weight_of<Ctx>* w,
+                    std::int64_t out, const weight_of<Ctx>* b, float* y) {
   using ops = ops_of<Ctx>;
   const auto exec = exec_of(ctx);
   // Broadcasting b into y and letting the GEMM add onto it (beta = 1) saves a pass.
@@ -42,8 +45,8 @@ void linear_forward(Ctx& ctx, const float* x, std::int64_t rows, std::int64_t in
 
 // dx[rows, in] = dy[rows, out] W[out, in].
 template <class Ctx>
-void linear_input_grad(Ctx& ctx, const float* dy, std::int64_t rows, std::int64_t out, const float* w, std::int64_t in,
-                       float* dx) {
+void linear_input_grad(Ctx& ctx, const float* dy, std::int64_t rows, std::int64_t out, const weight_of<Ctx>* w,
+                       std::int64_t in, float* dx) {
   ops_of<Ctx>::gemm(exec_of(ctx), transpose::no, transpose::no, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
 }
 
@@ -60,8 +63,8 @@ void linear_param_grads(Ctx& ctx, const float* dy, const float* x, std::int64_t 
 // y[rows, cols] += row[cols] (a row-parallel bias once the partial products are summed;
 // a position table).
 template <class Ctx>
-void add_rows(Ctx& ctx, std::int64_t rows, std::int64_t cols, const float* x, const float* row, float* y) {
-  ops_of<Ctx>::rows(exec_of(ctx), rows, cols, add_row_fn{x, row, y, cols});
+void add_rows(Ctx& ctx, std::int64_t rows, std::int64_t cols, const float* x, const weight_of<Ctx>* row, float* y) {
+  ops_of<Ctx>::rows(exec_of(ctx), rows, cols, add_row_fn<weight_of<Ctx>>{x, row, y, cols});
 }
 
 }  // namespace strata::nn::detail

@@ -74,10 +74,11 @@ struct column_parallel_linear {
     detail::require_features(x, in, kind, weight.name, "weight");
     detail::require_distinct(&x, &y, kind, weight.name);
     const std::int64_t rows = detail::rows_of(x.shape());
-    const float* b = has_bias() ? bias.data() : nullptr;
+    const weight_of<Ctx>* w = weights_of<Ctx>(weight);
+    const weight_of<Ctx>* b = has_bias() ? weights_of<Ctx>(bias) : nullptr;
     if (dist && gather_output) {
       c.local.resize(detail::with_last(x.shape(), out_l));
-      detail::linear_forward(ctx, x.data(), rows, in, weight.data(), out_l, b, c.local.data());
+      detail::linear_forward(ctx, x.data(), rows, in, w, out_l, b, c.local.data());
       c.gathered.resize(detail::vector_shape(rows * out_l * tp_size));
       detail::tp_all_gather(ctx, c.local.span(), c.gathered.span());
       y.resize(detail::with_last(x.shape(), out_features()));
@@ -85,7 +86,7 @@ struct column_parallel_linear {
                         detail::concat_blocks_fn{c.gathered.data(), y.data(), tp_size, rows, out_l});
     } else {
       y.resize(detail::with_last(x.shape(), out_l));
-      detail::linear_forward(ctx, x.data(), rows, in, weight.data(), out_l, b, y.data());
+      detail::linear_forward(ctx, x.data(), rows, in, w, out_l, b, y.data());
     }
     c.x = &x;
   }
@@ -111,7 +112,7 @@ struct column_parallel_linear {
       g = c.dy_local.data();
     }
     dx.resize(x.shape());
-    detail::linear_input_grad(ctx, g, rows, out_l, weight.data(), in, dx.data());
+    detail::linear_input_grad(ctx, g, rows, out_l, weights_of<Ctx>(weight), in, dx.data());
     // Each rank's dx is the contribution of its output slice: the sum is the full dx.
     // The all-reduce runs on the communicator's lane (NCCL: its stream) while the
     // weight-grad GEMM runs here (on the compute stream).

@@ -40,8 +40,8 @@ struct row_parallel_linear {
     detail::require_distinct(&x, &y, kind, weight.name);
     const std::int64_t rows = detail::rows_of(x.shape());
     y.resize(detail::with_last(x.shape(), out));
-    const float* b = has_bias() ? bias.data() : nullptr;
-    detail::linear_forward(ctx, x.data(), rows, in_l, weight.data(), out, dist ? nullptr : b, y.data());
+    const weight_of<Ctx>* b = has_bias() ? weights_of<Ctx>(bias) : nullptr;
+    detail::linear_forward(ctx, x.data(), rows, in_l, weights_of<Ctx>(weight), out, dist ? nullptr : b, y.data());
     if (dist) {
       // The next layer needs the whole sum: nothing can overlap this reduction.
       detail::tp_all_reduce(ctx, y.span());
@@ -65,7 +65,7 @@ struct row_parallel_linear {
     detail::require_distinct(&dy, &dx, kind, weight.name);
     const std::int64_t rows = detail::rows_of(x.shape());
     dx.resize(x.shape());
-    detail::linear_input_grad(ctx, dy.data(), rows, out, weight.data(), in_l, dx.data());
+    detail::linear_input_grad(ctx, dy.data(), rows, out, weights_of<Ctx>(weight), in_l, dx.data());
     detail::linear_param_grads(ctx, dy.data(), x.data(), rows, out, in_l, weight.grad(),
                                has_bias() ? bias.grad() : nullptr);
   }

@@ -167,8 +167,9 @@ class engine<cuda> {
     strata::upload(stream(), dst, host_src, n * sizeof(float));
   }
   // Queued only: host_src must be pinned and stay unchanged until the stream passes it.
-  void upload_async(float* dst, const float* host_src, std::size_t n) {
-    if (n) cuda::copy_async(dst, host_src, n * sizeof(float), stream());
+  template <class T>
+  void upload_async(T* dst, const T* host_src, std::size_t n) {
+    if (n) cuda::copy_async(dst, host_src, n * sizeof(T), stream());
   }
 
  private:

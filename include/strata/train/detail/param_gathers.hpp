@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "../../comm/request.hpp"
@@ -17,6 +18,7 @@ namespace strata::detail {
 template <class Types>
 class param_gathers {
   static constexpr int stage = Types::stage;
+  using param_t = typename Types::param_t;
 
  public:
   param_gathers(const bucket_plan& plan, typename Types::state_t& state, typename Types::dev_t& dev,
@@ -27,8 +29,7 @@ class param_gathers {
   void bind_static() {
     if constexpr (stage < 3)
       for (std::size_t l = params_.first_layer; l < params_.end_layer; ++l)
-        params_.for_each_in_layer(l,
-                                  [&](param<float>& p, std::size_t off) { p.data_ptr = state_.params.data() + off; });
+        params_.for_each_in_layer(l, [&](param<float>& p, std::size_t off) { bind(p, state_.params.data() + off); });
   }
   void reserve() { gather_reqs_.reserve(plan_.buckets().size()); }
 
@@ -61,10 +62,10 @@ class param_gathers {
       gather_reqs_.clear();
       for (const auto& bk : plan_.buckets()) {
         if (bk.size == 0) continue;
-        float* region = state_.params.data() + bk.offset;
+        param_t* region = state_.params.data() + bk.offset;
         gather_reqs_.push_back(dev_.dp->all_gather_async(
-            std::span<const float>(region + bk.piece * static_cast<std::size_t>(dp_.rank()), bk.piece),
-            std::span<float>(region, bk.size)));
+            std::span<const param_t>(region + bk.piece * static_cast<std::size_t>(dp_.rank()), bk.piece),
+            std::span<param_t>(region, bk.size)));
       }
       for (auto& r : gather_reqs_) r.wait();
       gather_reqs_.clear();
@@ -82,8 +83,8 @@ class param_gathers {
       bind_live(b);
       return;
     }
-    const std::span<const float> piece(state_.param_data() + bk.shard_offset, bk.piece);
-    const std::span<float> out(state_.live.data() + plan_.slot_offset(b), bk.size);
+    const std::span<const param_t> piece(state_.param_data() + bk.shard_offset, bk.piece);
+    const std::span<param_t> out(state_.live.data() + plan_.slot_offset(b), bk.size);
     if constexpr (!Types::on_host) {
       // Copied into this rank's block of the slot on the communication stream, so the
       // upload overlaps compute as the gather does, then gathered in place.
@@ -97,9 +98,18 @@ class param_gathers {
 
   void bind_live(std::size_t b) {
     const auto& bk = plan_.buckets()[b];
-    float* base = state_.live.data() + plan_.slot_offset(b);
+    param_t* base = state_.live.data() + plan_.slot_offset(b);
     for (std::size_t l = bk.first_layer; l < bk.end_layer; ++l)
-      params_.for_each_in_layer(l, [&](param<float>& p, std::size_t off) { p.data_ptr = base + (off - bk.offset); });
+      params_.for_each_in_layer(l, [&](param<float>& p, std::size_t off) { bind(p, base + (off - bk.offset)); });
+  }
+
+  // A param's data_ptr points at its compute values, of the layers' weight type
+  // (nn::weights_of reads them back as such; 16 bits on a GPU in mixed precision).
+  static void bind(param<float>& p, param_t* values) noexcept {
+    if constexpr (std::is_same_v<param_t, float>)
+      p.data_ptr = values;
+    else
+      p.data_ptr = reinterpret_cast<float*>(values);
   }
 
   struct live_slot {

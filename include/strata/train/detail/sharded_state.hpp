@@ -27,12 +27,13 @@ struct update_run {
 // The element counts of a rank's buffers for a stage (the formulas of docs/architecture.md,
 // "Memory"): what sharded_state allocates, and what a plan made before launch counts.
 struct state_sizes {
-  std::size_t params = 0, live = 0, grads = 0, grad_shard = 0;  // fp32, compute space
-  std::size_t wire = 0, wire_out = 0;                           // 16-bit, mixed precision only
-  std::size_t reduced = 0;                                      // fp32, fp32 training only
-  std::size_t master = 0, state0 = 0, state1 = 0;               // fp32, optimizer space
-  std::size_t host_grads = 0, host_params = 0;                  // fp32, a device trainer's offload staging
-  std::size_t host_param_shard = 0;                             // fp32, ZeRO-3's params offloaded off a device
+  std::size_t params = 0, live = 0;                // compute params (param_bytes each)
+  std::size_t grads = 0, grad_shard = 0;           // fp32, compute space
+  std::size_t wire = 0, wire_out = 0;              // 16-bit, mixed precision only
+  std::size_t reduced = 0;                         // fp32, fp32 training only
+  std::size_t master = 0, state0 = 0, state1 = 0;  // fp32, optimizer space
+  std::size_t host_grads = 0, host_params = 0;     // a device trainer's offload staging
+  std::size_t host_param_shard = 0;                // ZeRO-3's params offloaded off a device
 
   // split: the optimizer space is not the compute space (a CUDA trainer's offload).
   // offload_params: a device trainer's ZeRO-3 param shard lives in host memory; its
@@ -60,17 +61,19 @@ struct state_sizes {
     return n;
   }
 
-  // Bytes by the trainer's report categories; compute_bytes is the 16-bit wire's element.
-  memory_report report(std::size_t compute_bytes, bool split, bool offload, std::size_t activation_bytes) const {
+  // Bytes by the trainer's report categories; compute_bytes is the 16-bit wire's element,
+  // param_bytes the compute params' (2 on a GPU in mixed precision, else 4).
+  memory_report report(std::size_t compute_bytes, bool split, bool offload, std::size_t activation_bytes,
+                       std::size_t param_bytes = sizeof(float)) const {
     memory_report r;
     constexpr std::size_t f = sizeof(float);
-    r.bytes["params"] = (params + live) * f;
+    r.bytes["params"] = (params + live) * param_bytes;
     r.bytes["grads"] = (grads + grad_shard) * f;
     r.bytes["master"] = master * f;
     r.bytes["optimizer_states"] = (state0 + state1) * f;
     r.bytes["comm_buffers"] = reduced * f + (wire + wire_out) * compute_bytes;
-    if (split) r.bytes["offload_staging"] = (host_grads + host_params) * f;
-    if (host_param_shard) r.bytes["param_shard"] = host_param_shard * f;
+    if (split) r.bytes["offload_staging"] = host_grads * f + host_params * param_bytes;
+    if (host_param_shard) r.bytes["param_shard"] = host_param_shard * param_bytes;
     r.bytes["activations"] = activation_bytes;
     r.bytes["io_staging"] = io_staging_bytes;
     for (auto& [k, v] : r.bytes)
@@ -80,18 +83,21 @@ struct state_sizes {
   }
 };
 
-template <class Compute, class Space = host, class OptSpace = Space>
+// Param: the compute params' element type (trainer_types::param_t).
+template <class Compute, class Space = host, class OptSpace = Space, class Param = float>
 struct sharded_state {
   static constexpr bool split = !std::is_same_v<Space, OptSpace>;
   template <class T>
   using dev = buffer<T, Space>;
   template <class T>
   using opt = buffer<T, OptSpace>;
-  dev<float> params, live, grads, grad_shard, reduced;
+  dev<Param> params, live;
+  dev<float> grads, grad_shard, reduced;
   opt<float> master, state0, state1;
-  opt<float> host_grads, host_params;  // split only: the grad shard and new params in transit
+  opt<float> host_grads;   // split only: the grad shard in transit
+  opt<Param> host_params;  // split only: new params in transit
   // ZeRO-3's param shard in host memory (offload_params off the host), in place of params.
-  buffer<float, typename offload_space<Space>::type> host_param_shard;
+  buffer<Param, typename offload_space<Space>::type> host_param_shard;
   dev<Compute> wire, wire_out;  // 16-bit gradient staging for mixed precision
   std::vector<update_run> runs;
   state_sizes sizes;  // what allocate() sized the buffers to
@@ -101,9 +107,9 @@ struct sharded_state {
                 bool offload_params = false) {
     rank = my_rank;
     const state_sizes n = sizes = state_sizes::of(plan, stage, state_slots, mixed, split, offload_params);
-    params = dev<float>(n.params);
+    params = dev<Param>(n.params);
     host_param_shard = decltype(host_param_shard)(n.host_param_shard);
-    live = dev<float>(n.live);
+    live = dev<Param>(n.live);
     grads = dev<float>(n.grads);
     grad_shard = dev<float>(n.grad_shard);
     wire = dev<Compute>(n.wire);
@@ -113,7 +119,7 @@ struct sharded_state {
     state0 = opt<float>(n.state0);
     state1 = opt<float>(n.state1);
     host_grads = opt<float>(n.host_grads);
-    host_params = opt<float>(n.host_params);
+    host_params = opt<Param>(n.host_params);
     make_runs(plan, stage);
   }
 
@@ -156,7 +162,7 @@ struct sharded_state {
   // Whether the param shard lives in host memory (ZeRO-3 offload_params off the host).
   bool params_offloaded() const noexcept { return sizes.host_param_shard > 0; }
   // The compute params this rank holds: the full params (stages 0-2) or its shard (3).
-  float* param_data() noexcept { return params_offloaded() ? host_param_shard.data() : params.data(); }
+  Param* param_data() noexcept { return params_offloaded() ? host_param_shard.data() : params.data(); }
 
   // Compute params of run r = its master rounded to P: on the device, or, with the state
   // on the host, rounded there and copied over while the host goes on to the next run.
@@ -167,13 +173,13 @@ struct sharded_state {
     const std::size_t n = r.end - r.begin;
     if constexpr (split) {
       if (params_offloaded()) {
-        host_eng.template round_into<P>(master.data() + r.begin, host_param_shard.data() + r.out_begin, n);
+        round_params<P>(host_eng, master.data() + r.begin, host_param_shard.data() + r.out_begin, n);
         return;
       }
-      host_eng.template round_into<P>(master.data() + r.begin, host_params.data() + r.begin, n);
+      round_params<P>(host_eng, master.data() + r.begin, host_params.data() + r.begin, n);
       eng.upload_async(params.data() + r.out_begin, host_params.data() + r.begin, n);
     } else {
-      eng.template round_into<P>(master.data() + r.begin, param_data() + r.out_begin, n);
+      round_params<P>(eng, master.data() + r.begin, param_data() + r.out_begin, n);
     }
   }
 
@@ -196,10 +202,19 @@ struct sharded_state {
   }
 
   memory_report report(bool offload, std::size_t activation_bytes) const {
-    return sizes.report(sizeof(Compute), split, offload, activation_bytes);
+    return sizes.report(sizeof(Compute), split, offload, activation_bytes, sizeof(Param));
   }
 
  private:
+  // out = master rounded to P: fp32 values of P's (Param float), or P itself.
+  template <class P, class Engine>
+  static void round_params(Engine& eng, const float* master, Param* out, std::size_t n) {
+    if constexpr (std::is_same_v<Param, float>)
+      eng.template round_into<P>(master, out, n);
+    else
+      eng.template narrow<Param>(master, out, n);
+  }
+
   void make_runs(const bucket_plan& plan, int stage) {
     runs.clear();
     if (stage == 0) {

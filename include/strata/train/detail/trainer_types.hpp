@@ -27,13 +27,17 @@ struct trainer_types {
   using dev_t = device_side<Space>;
   // Moves gradients and params: the host communicator itself, or NCCL on a GPU.
   using dev_comm_t = typename dev_t::comm_t;
-  using ctx_t = context<Space, dev_comm_t>;
+  static constexpr bool on_host = std::is_same_v<Space, host>;
+  // The compute params' element type: on a GPU the compute precision itself (16 bits in
+  // mixed precision: half the bytes, gathered as 16 bits, read by tensor cores); on the
+  // host float holding the rounded values, since BLAS multiplies floats.
+  using param_t = std::conditional_t<on_host, float, compute_t>;
+  using ctx_t = context<Space, dev_comm_t, param_t>;
   using tensor_t = tensor<float, Space>;
   using opt_space = std::conditional_t<Offload, typename offload_space<Space>::type, Space>;
-  using state_t = sharded_state<compute_t, Space, opt_space>;
+  using state_t = sharded_state<compute_t, Space, opt_space, param_t>;
   static constexpr int stage = Stage;
   static constexpr bool split = !std::is_same_v<opt_space, Space>;  // state off the device
-  static constexpr bool on_host = std::is_same_v<Space, host>;
 };
 
 // Where the sequence of steps stands: what a checkpoint keeps besides the arrays.
