@@ -20,10 +20,11 @@ namespace qwen2 {
 // output and cache (what its backward reads and the gradients it makes inside); once, the
 // gradients between layers and the last stage's targets. rows is a micro-batch's. With
 // recompute a decoder layer keeps its output only, and one scratch cache (with the output
-// made again) serves them all.
+// made again) serves them all. A GPU in mixed precision (gemm16) also keeps the largest
+// GEMM's fp32 operands rounded to 16 bits in its scratch.
 inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::size_t rows, std::size_t seq, int tp,
-                                    std::size_t first, std::size_t end, std::size_t slots, bool device,
-                                    bool recompute) {
+                                    std::size_t first, std::size_t end, std::size_t slots, bool device, bool recompute,
+                                    bool gemm16 = false) {
   const std::size_t L = static_cast<std::size_t>(c.num_hidden_layers), N = rows * seq;
   const std::size_t D = static_cast<std::size_t>(c.hidden_size), hd = static_cast<std::size_t>(c.head_dim());
   const std::size_t H = static_cast<std::size_t>(c.num_attention_heads / tp);
@@ -37,8 +38,15 @@ inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::
   const std::size_t inner = H == KV && H >= rows ? H : rows;
   const std::size_t softmax = device ? rows * H * seq * seq + inner * seq * seq : rows * H * seq;
   std::size_t per_slot = 0, shared = 0, scratch = 0;  // floats
+  std::size_t operands16 = 0;  // 16-bit elements: the largest GEMM's operands that are activations
+  const auto at_least = [&](std::size_t n) { operands16 = n > operands16 ? n : operands16; };
   for (std::size_t l = first; l < end; ++l) {
-    if (l == 0) {  // embedding: output; its "input gradient" has the ids' shape
+    if (l > 0 && l <= L) {  // the probabilities times values, the MLP's weight gradients
+      at_least(rows * H * seq * seq + N * H * hd);
+      at_least(N * (D + I));
+    }
+    if (l == L + 2) at_least(N * (V + D));  // the head's weight gradient: dlogits and the normed input
+    if (l == 0) {                           // embedding: output; its "input gradient" has the ids' shape
       per_slot += N * D;
       shared += N;
     } else if (l <= L) {                                      // decoder layer
@@ -67,7 +75,7 @@ inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::
   // gradient a later stage sends back.
   per_slot += first == 0 ? N : N * D;
   if (end != L + 4) shared += N * D;
-  return (per_slot * slots + shared + scratch) * sizeof(float);
+  return (per_slot * slots + shared + scratch) * sizeof(float) + (gemm16 ? operands16 * 2 : 0);
 }
 
 // Schedule slots a stage keeps: one without a pipeline, K with GPipe, pp - stage with 1F1B.
@@ -112,9 +120,9 @@ inline nlohmann::json plan_json(const run_options& o, const examples::loop_optio
       auto m = strata::models::make_qwen2(o.model, 0, l.tp);
       std::pair<std::size_t, std::size_t> layers;
       strata::plan_memory(m, l, s, 0, &layers);  // this stage's layers first
-      const std::size_t act =
-          activation_bytes(o.model, rows, static_cast<std::size_t>(o.seq), l.tp, layers.first, layers.second,
-                           slots_in_use(l.pp, s, opts.micro_batches, pol.schedule), device, !opts.recompute.empty());
+      const std::size_t act = activation_bytes(o.model, rows, static_cast<std::size_t>(o.seq), l.tp, layers.first,
+                                               layers.second, slots_in_use(l.pp, s, opts.micro_batches, pol.schedule),
+                                               device, !opts.recompute.empty(), device && l.mixed);
       auto r = strata::plan_memory(m, l, s, act).to_json();
       r["layers"] = {layers.first, layers.second};
       stages.push_back(r);
