@@ -11,21 +11,15 @@ namespace strata::nn {
 
 namespace detail {
 template <class Ctx>
-struct context_weight {
-  using type = float;
-};
-template <class Ctx>
-requires requires { typename Ctx::weight_type; }
-struct context_weight<Ctx> {
-  using type = typename Ctx::weight_type;
-};
+using weight_type_of = typename Ctx::weight_type;
 }  // namespace detail
 
 // The element type a context's layers read their weights as: float, or the 16-bit
 // compute type of a mixed-precision GPU trainer (its ctx's weight_type), whose compute
 // params live in 16 bits. Gradients stay float either way.
 template <class Ctx>
-using weight_of = typename detail::context_weight<std::remove_cvref_t<Ctx>>::type;
+using weight_of =
+    typename strata::detail::context_member<std::remove_cvref_t<Ctx>, float, detail::weight_type_of>::type;
 
 // A param's values as the context's trainer stores them: the trainer binds data_ptr to
 // weight_of<Ctx> values, so a layer reads its weights through this and never p.data()

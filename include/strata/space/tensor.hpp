@@ -56,22 +56,25 @@ class tensor {
 };
 
 namespace detail {
-template <class Ctx>
-struct context_space {
-  using type = host;
+// Member<Ctx> where a context declares it, else Default (a minimal context without it).
+template <class Ctx, class Default, template <class> class Member>
+struct context_member {
+  using type = Default;
+};
+template <class Ctx, class Default, template <class> class Member>
+requires requires { typename Member<Ctx>; }
+struct context_member<Ctx, Default, Member> {
+  using type = Member<Ctx>;
 };
 template <class Ctx>
-requires requires { typename Ctx::space_type; }
-struct context_space<Ctx> {
-  using type = typename Ctx::space_type;
-};
+using space_type_of = typename Ctx::space_type;
 }  // namespace detail
 
 // The space a context computes in (its space_type; host for a minimal context without
 // one, such as a test's that only hands out targets), and the activation tensor of that
 // space: layers that run in more than one space take `const tensor_for<Ctx>& x`.
 template <class Ctx>
-using space_of = typename detail::context_space<Ctx>::type;
+using space_of = typename detail::context_member<Ctx, host, detail::space_type_of>::type;
 template <class Ctx>
 using tensor_for = tensor<float, space_of<Ctx>>;
 
