@@ -158,7 +158,8 @@ TEST_CASE("linear: cuBLAS forward and backward match the host layer") {
 // accumulation: within k x 2^-23 of sum |a b| (twice the textbook k u, for tensor cores
 // that truncate inside their adders). Unrounded operands would miss that by up to 2^-8
 // relative, so the bound also shows the rounding happened. Every transpose, a leading
-// dimension wider than the matrix, a strided batch, alpha and beta.
+// dimension wider than the matrix, a strided batch, alpha and beta, and a B given in 16
+// bits (a mixed trainer's weight).
 template <class T>
 void check_16bit_gemm(strata::gemm_operands kind) {
   std::mt19937 rng(41);
@@ -182,12 +183,20 @@ void check_16bit_gemm(strata::gemm_operands kind) {
         if (!scratch) exec.scratch = nullptr;
         const device_tensor da = device_of({sa * batch}, a), db = device_of({sb * batch}, b);
         device_tensor one = device_of({sc * batch}, c0), many = device_of({sc * batch}, c0);
+        device_tensor typed = device_of({sc * batch}, c0);
         strata::ops<strata::cuda>::gemm(exec, ta, tb, m, n, k, alpha, da.data(), lda, db.data(), ldb, beta, one.data(),
                                         ldc);
+        // B already 16-bit (a mixed trainer's weights): read as stored, at its own ldb.
+        std::vector<T> b16(static_cast<std::size_t>(sb));
+        for (std::size_t i = 0; i < b16.size(); ++i) b16[i] = T(b[i]);
+        strata::cuda_buffer<T> db16(b16.size());
+        strata::cuda::copy(db16.data(), b16.data(), db16.bytes());
+        strata::ops<strata::cuda>::gemm(exec, ta, tb, m, n, k, alpha, da.data(), lda,
+                                        static_cast<const T*>(db16.data()), ldb, beta, typed.data(), ldc);
         strata::ops<strata::cuda>::gemm_strided_batched(exec, ta, tb, m, n, k, alpha, da.data(), lda, sa, db.data(),
                                                         ldb, sb, beta, many.data(), ldc, sc, batch);
         env.exec.synchronize();
-        const auto got_one = read(one), got_many = read(many);
+        const auto got_one = read(one), got_many = read(many), got_typed = read(typed);
         const auto r = [](float v) { return static_cast<double>(static_cast<float>(T(v))); };
         double missed_by_fp32 = 0;  // how far the unrounded product is from the result
         for (std::int64_t q = 0; q < batch; ++q)
@@ -209,6 +218,7 @@ void check_16bit_gemm(strata::gemm_operands kind) {
                                  std::abs(want) * std::ldexp(1.0, -23);
               require_close("batched", at, got_many[at], want, tol);
               if (q == 0) require_close("single", at, got_one[at], want, tol);
+              if (q == 0) require_close("16-bit B", at, got_typed[at], want, tol);
               missed_by_fp32 =
                   std::max(missed_by_fp32, std::abs(alpha * unrounded + beta * c0[at] - want) / (tol > 0 ? tol : 1));
             }
