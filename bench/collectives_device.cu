@@ -51,8 +51,7 @@ options parse(int argc, char** argv) {
   strata_bench::parse_int_options(argc, argv,
                                   {int_option{"--min-bytes", [&](auto v) { o.min_bytes = v; }},
                                    int_option{"--max-bytes", [&](auto v) { o.max_bytes = v; }},
-                                   int_option{"--iters", [&](auto v) { o.iters = static_cast<int>(v); }},
-                                   int_option{"--warmup", [&](auto v) { o.warmup = static_cast<int>(v); }}},
+                                   int_option{"--iters", o.iters}, int_option{"--warmup", o.warmup}},
                                   usage);
   if (o.min_bytes < 4 || o.max_bytes < o.min_bytes || o.iters < 1 || o.warmup < 0)
     usage("need 4 <= min-bytes <= max-bytes, iters >= 1, warmup >= 0");

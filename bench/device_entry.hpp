@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #ifndef STRATA_BENCH_HAS_CUDA
@@ -85,9 +86,13 @@ inline device_kind take_device(const char* prog, int& argc, char** argv) {
 
 // One `--name N` option of a benchmark (N a non-negative integer), and the loop that
 // reads them: --help, a missing or bad value, or an unknown name calls usage (which exits).
+// An option bound to an int takes the value capped at a million (more is no benchmark).
 struct int_option {
   std::string_view name;
   std::function<void(unsigned long long)> set;
+  int_option(std::string_view n, std::function<void(unsigned long long)> s) : name(n), set(std::move(s)) {}
+  int_option(std::string_view n, int& target)
+      : name(n), set([&target](unsigned long long v) { target = static_cast<int>(std::min(v, 1'000'000ULL)); }) {}
 };
 inline void parse_int_options(int argc, char** argv, std::initializer_list<int_option> opts,
                               void (*usage)(const std::string&)) {

@@ -38,14 +38,9 @@ struct options {
 
 options parse(int argc, char** argv) {
   options o;
-  using strata_bench::int_option;
-  const auto as_int = [](unsigned long long v) { return static_cast<int>(std::min<unsigned long long>(v, 1'000'000)); };
-  strata_bench::parse_int_options(argc, argv,
-                                  {int_option{"--min-log2", [&](auto v) { o.min_log2 = as_int(v); }},
-                                   int_option{"--max-log2", [&](auto v) { o.max_log2 = as_int(v); }},
-                                   int_option{"--iters", [&](auto v) { o.iters = as_int(v); }},
-                                   int_option{"--warmup", [&](auto v) { o.warmup = as_int(v); }}},
-                                  usage);
+  strata_bench::parse_int_options(
+      argc, argv,
+      {{"--min-log2", o.min_log2}, {"--max-log2", o.max_log2}, {"--iters", o.iters}, {"--warmup", o.warmup}}, usage);
   if (o.min_log2 > o.max_log2 || o.max_log2 > 31 || o.iters < 1) usage("need min-log2 <= max-log2 <= 31, iters >= 1");
   return o;
 }

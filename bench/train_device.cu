@@ -38,15 +38,13 @@ struct options {
 
 options parse(int argc, char** argv) {
   options o;
-  using strata_bench::int_option;
-  const auto as_int = [](unsigned long long v) { return static_cast<int>(std::min<unsigned long long>(v, 1'000'000)); };
   strata_bench::parse_int_options(argc, argv,
-                                  {int_option{"--steps", [&](auto v) { o.steps = as_int(v); }},
-                                   int_option{"--warmup", [&](auto v) { o.warmup = as_int(v); }},
-                                   int_option{"--batch", [&](auto v) { o.batch = as_int(v); }},
-                                   int_option{"--micro-batches", [&](auto v) { o.micro_batches = as_int(v); }},
-                                   int_option{"--seq", [&](auto v) { o.seq = as_int(v); }},
-                                   int_option{"--layers", [&](auto v) { o.layers = as_int(v); }}},
+                                  {{"--steps", o.steps},
+                                   {"--warmup", o.warmup},
+                                   {"--batch", o.batch},
+                                   {"--micro-batches", o.micro_batches},
+                                   {"--seq", o.seq},
+                                   {"--layers", o.layers}},
                                   usage);
   if (o.steps < 1 || o.batch < 1 || o.micro_batches < 1 || o.seq < 1 || o.layers < 1)
     usage("--steps, --batch, --micro-batches, --seq and --layers must be at least 1");
