@@ -28,22 +28,23 @@ struct embedding_layer {
   strata::nn::vocab_parallel_embedding token;
   strata::nn::position_embedding position;
 
-  // One cache per space, so the layer runs wherever its parts run (host or CUDA).
-  template <class Space>
+  // One cache per space and activation type, so the layer runs wherever its parts run
+  // (host or CUDA, float or 16-bit activations). Token ids come in as floats.
+  template <class Space, class Act = float>
   struct cache {
-    strata::nn::vocab_parallel_embedding::cache<Space> token;
-    strata::nn::position_embedding::cache<Space> position;
-    strata::tensor<float, Space> tok, dtok;
+    strata::nn::vocab_parallel_embedding::cache<Space, Act> token;
+    strata::nn::position_embedding::cache<Space, Act> position;
+    strata::tensor<Act, Space> tok, dtok;
   };
   template <class Ctx>
-  void forward(Ctx& ctx, const strata::tensor_for<Ctx>& ids, strata::tensor_for<Ctx>& y,
-               cache<strata::space_of<Ctx>>& c) const {
+  void forward(Ctx& ctx, const strata::float_tensor_for<Ctx>& ids, strata::tensor_for<Ctx>& y,
+               cache<strata::space_of<Ctx>, strata::activation_of<Ctx>>& c) const {
     token.forward(ctx, ids, c.tok, c.token);
     position.forward(ctx, c.tok, y, c.position);
   }
   template <class Ctx>
-  void backward(Ctx& ctx, const strata::tensor_for<Ctx>& dy, strata::tensor_for<Ctx>& dx,
-                cache<strata::space_of<Ctx>>& c) {
+  void backward(Ctx& ctx, const strata::tensor_for<Ctx>& dy, strata::float_tensor_for<Ctx>& dx,
+                cache<strata::space_of<Ctx>, strata::activation_of<Ctx>>& c) {
     position.backward(ctx, dy, c.dtok, c.position);
     token.backward(ctx, c.dtok, dx, c.token);
   }
@@ -59,19 +60,19 @@ struct block {
   strata::nn::gelu act;
   strata::nn::row_parallel_linear fc2;  // [D, 4D/T]
 
-  template <class Space>
+  template <class Space, class Act = float>
   struct cache {
-    strata::nn::layer_norm::cache<Space> ln1, ln2;
-    strata::nn::causal_self_attention::cache<Space> attn;
-    strata::nn::column_parallel_linear::cache<Space> fc1;
-    strata::nn::gelu::cache<Space> act;
-    strata::nn::row_parallel_linear::cache<Space> fc2;
-    strata::tensor<float, Space> h1, x1, h2, u, g;       // forward intermediates
-    strata::tensor<float, Space> dg, du, dh2, dx1, dh1;  // their gradients
+    strata::nn::layer_norm::cache<Space, Act> ln1, ln2;
+    strata::nn::causal_self_attention::cache<Space, Act> attn;
+    strata::nn::column_parallel_linear::cache<Space, Act> fc1;
+    strata::nn::gelu::cache<Space, Act> act;
+    strata::nn::row_parallel_linear::cache<Space, Act> fc2;
+    strata::tensor<Act, Space> h1, x1, h2, u, g;       // forward intermediates
+    strata::tensor<Act, Space> dg, du, dh2, dx1, dh1;  // their gradients
   };
   template <class Ctx>
   void forward(Ctx& ctx, const strata::tensor_for<Ctx>& x, strata::tensor_for<Ctx>& y,
-               cache<strata::space_of<Ctx>>& c) const {
+               cache<strata::space_of<Ctx>, strata::activation_of<Ctx>>& c) const {
     ln1.forward(ctx, x, c.h1, c.ln1);
     attn.forward(ctx, c.h1, c.x1, c.attn);
     strata::nn::add_into(ctx, c.x1, x);
@@ -83,7 +84,7 @@ struct block {
   }
   template <class Ctx>
   void backward(Ctx& ctx, const strata::tensor_for<Ctx>& dy, strata::tensor_for<Ctx>& dx,
-                cache<strata::space_of<Ctx>>& c) {
+                cache<strata::space_of<Ctx>, strata::activation_of<Ctx>>& c) {
     fc2.backward(ctx, dy, c.dg, c.fc2);
     act.backward(ctx, c.dg, c.du, c.act);
     fc1.backward(ctx, c.du, c.dh2, c.fc1);

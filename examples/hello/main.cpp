@@ -7,21 +7,21 @@
 struct block {  // a layer: params + forward/backward
   strata::nn::linear fc;
   strata::nn::relu act;
-  template <class Space>
-  struct cache {  // per space: its tensors live there
-    strata::nn::linear::cache<Space> fc;
-    strata::nn::relu::cache<Space> act;
-    strata::tensor<float, Space> h, dh;
+  template <class Space, class Act = float>
+  struct cache {  // per space and activation type (16 bits in a mixed GPU trainer)
+    strata::nn::linear::cache<Space, Act> fc;
+    strata::nn::relu::cache<Space, Act> act;
+    strata::tensor<Act, Space> h, dh;
   };
   template <class Ctx>
   void forward(Ctx& c, const strata::tensor_for<Ctx>& x, strata::tensor_for<Ctx>& y,
-               cache<strata::space_of<Ctx>>& k) const {
+               cache<strata::space_of<Ctx>, strata::activation_of<Ctx>>& k) const {
     fc.forward(c, x, k.h, k.fc);
     act.forward(c, k.h, y, k.act);
   }
   template <class Ctx>
   void backward(Ctx& c, const strata::tensor_for<Ctx>& dy, strata::tensor_for<Ctx>& dx,
-                cache<strata::space_of<Ctx>>& k) {
+                cache<strata::space_of<Ctx>, strata::activation_of<Ctx>>& k) {
     act.backward(c, dy, k.dh, k.act);
     fc.backward(c, k.dh, dx, k.fc);
   }

@@ -14,22 +14,23 @@ struct hidden_block {
   strata::nn::linear fc;
   strata::nn::relu act;
 
-  // One cache per space, so the block runs wherever its layers run (host or CUDA).
-  template <class Space>
+  // One cache per space and activation type, so the block runs wherever its layers run
+  // (host or CUDA, float or 16-bit activations).
+  template <class Space, class Act = float>
   struct cache {
-    strata::nn::linear::cache<Space> fc;
-    strata::nn::relu::cache<Space> act;
-    strata::tensor<float, Space> h, dh;  // the pre-activation and its gradient, owned here
+    strata::nn::linear::cache<Space, Act> fc;
+    strata::nn::relu::cache<Space, Act> act;
+    strata::tensor<Act, Space> h, dh;  // the pre-activation and its gradient, owned here
   };
   template <class Ctx>
   void forward(Ctx& ctx, const strata::tensor_for<Ctx>& x, strata::tensor_for<Ctx>& y,
-               cache<strata::space_of<Ctx>>& c) const {
+               cache<strata::space_of<Ctx>, strata::activation_of<Ctx>>& c) const {
     fc.forward(ctx, x, c.h, c.fc);
     act.forward(ctx, c.h, y, c.act);
   }
   template <class Ctx>
   void backward(Ctx& ctx, const strata::tensor_for<Ctx>& dy, strata::tensor_for<Ctx>& dx,
-                cache<strata::space_of<Ctx>>& c) {
+                cache<strata::space_of<Ctx>, strata::activation_of<Ctx>>& c) {
     act.backward(ctx, dy, c.dh, c.act);
     fc.backward(ctx, c.dh, dx, c.fc);
   }

@@ -20,62 +20,63 @@ namespace qwen2 {
 // output and cache (what its backward reads and the gradients it makes inside); once, the
 // gradients between layers and the last stage's targets. rows is a micro-batch's. With
 // recompute a decoder layer keeps its output only, and one scratch cache (with the output
-// made again) serves them all. A GPU in mixed precision (gemm16) also keeps the largest
-// GEMM's fp32 operands rounded to 16 bits in its scratch.
+// made again) serves them all. Activations take act bytes each (2 on a GPU in mixed
+// precision, 4 otherwise); ids, targets and per-row statistics are floats (f), the
+// loss's row sums doubles.
 inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::size_t rows, std::size_t seq, int tp,
                                     std::size_t first, std::size_t end, std::size_t slots, bool device, bool recompute,
-                                    bool gemm16 = false) {
+                                    std::size_t act = 4) {
+  constexpr std::size_t f = sizeof(float), f64 = sizeof(double);
   const std::size_t L = static_cast<std::size_t>(c.num_hidden_layers), N = rows * seq;
   const std::size_t D = static_cast<std::size_t>(c.hidden_size), hd = static_cast<std::size_t>(c.head_dim());
   const std::size_t H = static_cast<std::size_t>(c.num_attention_heads / tp);
   const std::size_t KV = static_cast<std::size_t>(c.num_key_value_heads / tp);
   const std::size_t I = static_cast<std::size_t>(c.intermediate_size / tp);
   const std::size_t V = static_cast<std::size_t>(c.vocab_size / tp);
-  // What attention keeps of its softmax: a GPU the probabilities, [rows, H, seq, seq],
-  // and a scores' gradient scratch batching the heads of a batch row (no grouping) or the
-  // batch rows of a head; the host a log-sum-exp per row (its blocks' scratch is a few
-  // 64 x 64 blocks per thread, not counted).
+  // What attention keeps of its softmax: a GPU the probabilities, [rows, H, seq, seq], and
+  // scratch batching the heads of a batch row (no grouping) or the batch rows of a head:
+  // the scores and their gradient in float, and with 16-bit activations the gradient
+  // again as their type (the GEMMs' operand) and, for grouped heads, the float sums of
+  // dk and dv over a group. The host keeps a log-sum-exp per row (its blocks' scratch is
+  // a few 64 x 64 blocks per thread, not counted).
   const std::size_t inner = H == KV && H >= rows ? H : rows;
-  const std::size_t softmax = device ? rows * H * seq * seq + inner * seq * seq : rows * H * seq;
-  std::size_t per_slot = 0, shared = 0, scratch = 0;  // floats
-  std::size_t operands16 = 0;  // 16-bit elements: the largest GEMM's operands that are activations
-  const auto at_least = [&](std::size_t n) { operands16 = n > operands16 ? n : operands16; };
+  std::size_t softmax = rows * H * seq * f;
+  if (device) {
+    softmax = rows * H * seq * seq * act + inner * seq * seq * f;
+    if (act != f) softmax += inner * seq * seq * act + (H != KV ? 2 * inner * seq * hd * f : 0);
+  }
+  std::size_t per_slot = 0, shared = 0, scratch = 0;  // bytes
   for (std::size_t l = first; l < end; ++l) {
-    if (l > 0 && l <= L) {  // the probabilities times values, the MLP's weight gradients
-      at_least(rows * H * seq * seq + N * H * hd);
-      at_least(N * (D + I));
-    }
-    if (l == L + 2) at_least(N * (V + D));  // the head's weight gradient: dlogits and the normed input
-    if (l == 0) {                           // embedding: output; its "input gradient" has the ids' shape
-      per_slot += N * D;
-      shared += N;
-    } else if (l <= L) {                                      // decoder layer
-      const std::size_t attention = N * H * hd * 4            // q, attended, d_attended, dq
-                                    + N * KV * hd * 4         // k, v, dk, dv
-                                    + seq * hd                // cos, sin
-                                    + softmax                 // see above
-                                    + N * D * 2 + N;          // dx_k, dx_v; the norm's rstd
-      const std::size_t mlp = N * I * 6 + N * D + N;          // gate, up, h and their gradients; dx_up; rstd
-      const std::size_t cache = attention + mlp + N * D * 6;  // and n1, h, n2 and their gradients
-      per_slot += N * D + (recompute ? 0 : cache);            // the output, and the cache
-      shared += N * D;
-      if (recompute) scratch = cache + N * D;
+    if (l == 0) {  // embedding: output; its "input gradient" has the ids' shape
+      per_slot += N * D * act;
+      shared += N * f;
+    } else if (l <= L) {                                              // decoder layer
+      const std::size_t attention = N * H * hd * 4 * act              // q, attended, d_attended, dq
+                                    + N * KV * hd * 4 * act           // k, v, dk, dv
+                                    + seq * hd * f                    // cos, sin
+                                    + softmax                         // see above
+                                    + N * D * 2 * act + N * f;        // dx_k, dx_v; the norm's rstd
+      const std::size_t mlp = N * I * 6 * act + N * D * act + N * f;  // gate, up, h and their gradients; dx_up; rstd
+      const std::size_t cache = attention + mlp + N * D * 6 * act;    // and n1, h, n2 and their gradients
+      per_slot += N * D * act + (recompute ? 0 : cache);              // the output, and the cache
+      shared += N * D * act;
+      if (recompute) scratch = cache + N * D * act;
     } else if (l == L + 1) {  // final norm
-      per_slot += N * D + N;
-      shared += N * D;
+      per_slot += N * D * act + N * f;
+      shared += N * D * act;
     } else if (l == L + 2) {  // head: logits
-      per_slot += N * V;
-      shared += N * D;
-    } else {                              // loss: row max, log-sum, target (f32); row loss, two sums (f64)
-      per_slot += 1 + 3 * N + 2 * N * 3;  // in floats
-      shared += N * V + N + 1;            // dlogits; the targets; the loss's seed
+      per_slot += N * V * act;
+      shared += N * D * act;
+    } else {  // loss: its value, row max, log-sum, target (f32); row loss, two sums (f64)
+      per_slot += (1 + 3 * N) * f + 3 * N * f64;
+      shared += N * V * act + (N + 1) * f;  // dlogits; the targets; the loss's seed
     }
   }
   // The stage's input: ids on the first stage, the previous stage's output elsewhere; the
   // gradient a later stage sends back.
-  per_slot += first == 0 ? N : N * D;
-  if (end != L + 4) shared += N * D;
-  return (per_slot * slots + shared + scratch) * sizeof(float) + (gemm16 ? operands16 * 2 : 0);
+  per_slot += first == 0 ? N * f : N * D * act;
+  if (end != L + 4) shared += N * D * act;
+  return per_slot * slots + shared + scratch;
 }
 
 // Schedule slots a stage keeps: one without a pipeline, K with GPipe, pp - stage with 1F1B.
@@ -122,7 +123,7 @@ inline nlohmann::json plan_json(const run_options& o, const examples::loop_optio
       strata::plan_memory(m, l, s, 0, &layers);  // this stage's layers first
       const std::size_t act = activation_bytes(o.model, rows, static_cast<std::size_t>(o.seq), l.tp, layers.first,
                                                layers.second, slots_in_use(l.pp, s, opts.micro_batches, pol.schedule),
-                                               device, !opts.recompute.empty(), device && l.mixed);
+                                               device, !opts.recompute.empty(), device && l.mixed ? 2 : 4);
       auto r = strata::plan_memory(m, l, s, act).to_json();
       r["layers"] = {layers.first, layers.second};
       stages.push_back(r);

@@ -260,6 +260,36 @@ TEST_CASE("add_column_sums: the device adds the host's row chunks in the host's 
   }
 }
 
+namespace {
+struct vector_term {
+  const float* v;
+  STRATA_HOST_DEVICE float operator()(std::int64_t i) const { return v[i]; }
+};
+}  // namespace
+
+// Past one chunk the device cuts the terms into chunks of detail::mean_chunk, one block
+// each. Multiples of 2^-10 below 2^10 sum exactly in double in any order, so every order
+// must give the host's bits; a lost or doubled chunk moves the mean.
+TEST_CASE("mean: many blocks give the host's mean") {
+  std::mt19937 rng(41);
+  std::uniform_int_distribution<int> q(-1 << 20, 1 << 20);
+  const std::int64_t chunk = strata::detail::mean_chunk;
+  for (const std::int64_t n : {std::int64_t{1000}, chunk, 3 * chunk + 5, 40 * chunk}) {
+    INFO("n " << n);
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (auto& x : v) x = static_cast<float>(q(rng)) / 1024.0f;
+    const double count = static_cast<double>(n) / 2;  // a masked loss divides by fewer than n
+    std::vector<float> host(1);
+    strata::ops<strata::host>::mean({}, n, vector_term{v.data()}, count, host.data());
+    const device_tensor dv = device_of({n}, v);
+    check_with_and_without_scratch(host, [&](const strata::executor<strata::cuda>& exec) {
+      device_tensor out = device_of({1}, {0.0f});
+      strata::ops<strata::cuda>::mean(exec, n, vector_term{dv.data()}, count, out.data());
+      return out;
+    });
+  }
+}
+
 TEST_CASE("scatter_add_rows: the device adds each row's tokens in token order, the host's bits") {
   std::mt19937 rng(37);
   // A table slice [lo, lo + local) of a 1000-id vocabulary: ids outside it are skipped;

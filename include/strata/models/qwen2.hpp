@@ -231,17 +231,18 @@ struct qwen2_decoder_layer {
   nn::rms_norm post_attention_layernorm;
   nn::swiglu_mlp mlp;
 
-  template <class Space>
+  template <class Space, class Act = float>
   struct cache {
-    nn::rms_norm::cache<Space> input_layernorm, post_attention_layernorm;
-    nn::grouped_query_attention::cache<Space> self_attn;
-    nn::swiglu_mlp::cache<Space> mlp;
-    tensor<float, Space> n1, h, n2;     // forward intermediates
-    tensor<float, Space> dn2, dh, dn1;  // their gradients
+    nn::rms_norm::cache<Space, Act> input_layernorm, post_attention_layernorm;
+    nn::grouped_query_attention::cache<Space, Act> self_attn;
+    nn::swiglu_mlp::cache<Space, Act> mlp;
+    tensor<Act, Space> n1, h, n2;     // forward intermediates
+    tensor<Act, Space> dn2, dh, dn1;  // their gradients
   };
 
   template <class Ctx>
-  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
+  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y,
+               cache<space_of<Ctx>, activation_of<Ctx>>& c) const {
     input_layernorm.forward(ctx, x, c.n1, c.input_layernorm);
     self_attn.forward(ctx, c.n1, c.h, c.self_attn);
     nn::add_into(ctx, c.h, x);
@@ -250,7 +251,7 @@ struct qwen2_decoder_layer {
     nn::add_into(ctx, y, c.h);
   }
   template <class Ctx>
-  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>, activation_of<Ctx>>& c) {
     mlp.backward(ctx, dy, c.dn2, c.mlp);
     post_attention_layernorm.backward(ctx, c.dn2, c.dh, c.post_attention_layernorm);
     nn::add_into(ctx, c.dh, dy);

@@ -24,18 +24,22 @@ struct causal_self_attention {
   row_parallel_linear proj;    // [D, D/T] (+ bias [D], replicated)
   int heads = 0;               // all heads, over every rank
 
-  template <class Space = host>
+  template <class Space = host, class Act = float>
   struct cache {
-    column_parallel_linear::cache<Space> qkv;
-    row_parallel_linear::cache<Space> proj;
-    tensor<float, Space> qkv_out;  // [B, S, 3 D/T]: per head q, k, v side by side
+    column_parallel_linear::cache<Space, Act> qkv;
+    row_parallel_linear::cache<Space, Act> proj;
+    tensor<Act, Space> qkv_out;  // [B, S, 3 D/T]: per head q, k, v side by side
     // What backward needs of the softmax (attention_core.hpp): the probabilities [B, H/T,
-    // S, S] on a GPU, each row's log-sum-exp [B, H/T, S] on the host.
-    tensor<float, Space> saved;
-    tensor<float, Space> attended;  // [B, S, D/T]: heads' outputs, the projection's input
-    tensor<float, Space> d_attended, d_qkv;
-    // Scratch for the scores' gradient on a GPU: [inner, S, S], one step of the walk's pairs.
+    // S, S] as Act on a GPU, each row's log-sum-exp [B, H/T, S] in float on the host.
+    detail::attention_saved<Space, Act> saved;
+    tensor<Act, Space> attended;  // [B, S, D/T]: heads' outputs, the projection's input
+    tensor<Act, Space> d_attended, d_qkv;
+    // A GPU's scratch for one step of the walk's pairs, [inner, S, S] (attention_core.hpp):
+    // float scores (before the softmax, 16-bit Act only; in backward their gradient, which
+    // a float Act turns into the scores' gradient in place), and with 16-bit Act the scores'
+    // gradient as Act, the GEMMs' operand.
     tensor<float, Space> d_scores;
+    tensor<Act, Space> d_scores_act;
   };
 
   int local_heads() const noexcept { return qkv.tp_size > 0 ? heads / qkv.tp_size : 0; }
@@ -44,28 +48,29 @@ struct causal_self_attention {
 
   // x [B, S, D] -> y [B, S, D].
   template <class Ctx>
-  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
+  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y,
+               cache<space_of<Ctx>, activation_of<Ctx>>& c) const {
     check_input(x);
     detail::require_distinct(&x, &y, kind, qkv.weight.name);
     qkv.forward(ctx, x, c.qkv_out, c.qkv);
     const detail::attention_layout l = layout(x);
     c.attended.resize(shape{l.B, l.S, l.ldo()});
-    const float* q = c.qkv_out.data();
-    detail::attention_forward(ctx, l, q, q + l.hd, q + 2 * l.hd, c.saved, c.attended.data());
+    const activation_of<Ctx>* q = c.qkv_out.data();
+    detail::attention_forward(ctx, l, q, q + l.hd, q + 2 * l.hd, c.saved, c.attended.data(), &c.d_scores);
     proj.forward(ctx, c.attended, y, c.proj);
   }
 
   template <class Ctx>
-  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>, activation_of<Ctx>>& c) {
     detail::require_forward_ran(c.qkv.x, kind, qkv.weight.name);
     detail::require_distinct(&dy, &dx, kind, qkv.weight.name);
     proj.backward(ctx, dy, c.d_attended, c.proj);
     const detail::attention_layout l = layout(*c.qkv.x);
     c.d_qkv.resize(c.qkv_out.shape());
-    const float* q = c.qkv_out.data();
-    float* dq = c.d_qkv.data();
+    const activation_of<Ctx>* q = c.qkv_out.data();
+    activation_of<Ctx>* dq = c.d_qkv.data();
     detail::attention_backward(ctx, l, q, q + l.hd, q + 2 * l.hd, c.saved, c.attended.data(), c.d_attended.data(), dq,
-                               dq + l.hd, dq + 2 * l.hd, c.d_scores);
+                               dq + l.hd, dq + 2 * l.hd, c.d_scores, &c.d_scores_act);
     qkv.backward(ctx, c.d_qkv, dx, c.qkv);
   }
 
@@ -73,14 +78,14 @@ struct causal_self_attention {
   static constexpr const char* kind = "attention";
 
   // Per head q, k, v side by side in each row of qkv_out: every head its own key/value.
-  template <class Space>
-  detail::attention_layout layout(const tensor<float, Space>& x) const {
+  template <class E, class Space>
+  detail::attention_layout layout(const tensor<E, Space>& x) const {
     const std::int64_t H = local_heads(), hd = head_dim();
     return {x.dim(0), x.dim(1), H, hd, 1, 3 * H * hd, 3 * hd, 3 * H * hd, 3 * hd};
   }
 
-  template <class Space>
-  void check_input(const tensor<float, Space>& x) const {
+  template <class E, class Space>
+  void check_input(const tensor<E, Space>& x) const {
     const std::int64_t d = dim();
     expects<config_error>(heads > 0 && d % heads == 0 && qkv.tp_size > 0 && heads % qkv.tp_size == 0 &&
                               qkv.local_out_features() == 3 * d / qkv.tp_size &&

@@ -36,7 +36,7 @@ const weight_of<Ctx>* weights_of(const param<T>& p) noexcept {
 // below 2^24), values for mse.
 template <class Ctx>
 concept targets_context = requires(Ctx& ctx) {
-  { ctx.targets() } -> std::convertible_to<const tensor_for<Ctx>&>;
+  { ctx.targets() } -> std::convertible_to<const float_tensor_for<Ctx>&>;
 };
 
 }  // namespace strata::nn

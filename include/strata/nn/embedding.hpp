@@ -1,5 +1,6 @@
 // nn::embedding: a lookup table from token ids to rows of a [vocab, dim] weight
-// (torch.nn.Embedding). Ids travel as floats, exact for every id below 2^24.
+// (torch.nn.Embedding). Ids travel as floats, exact for every id below 2^24, whatever the
+// context's activations; the rows come out as those activations.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -14,7 +15,9 @@ namespace strata::nn {
 struct embedding {
   param<float> weight;  // [vocab, dim]
 
-  template <class Space = host>
+  // Act is the context's activation type, taken like every layer's cache; nothing here
+  // depends on it (the ids are floats).
+  template <class Space = host, class Act = float>
   struct cache {
     const tensor<float, Space>* ids = nullptr;  // the input, kept alive by the trainer until backward
     // Where the ids are not readable by the host: [1], for the id check on the device.
@@ -27,16 +30,18 @@ struct embedding {
   // ids [B] or [B, S] (any rank up to 3), whole numbers in [0, vocab) -> y [..., dim].
   // An id out of range or not a whole number is a strata::error naming it and where.
   template <class Ctx>
-  void forward(Ctx& ctx, const tensor_for<Ctx>& ids, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
+  void forward(Ctx& ctx, const float_tensor_for<Ctx>& ids, tensor_for<Ctx>& y,
+               cache<space_of<Ctx>, activation_of<Ctx>>& c) const {
     check_params();
     detail::lookup(ctx, kind, weight, {vocab(), 0, vocab()}, ids, y, c.bad_id);
     c.ids = &ids;
   }
 
   // weight.grad[id] += dy row for each token. dx is the gradient for the ids, which are
-  // not differentiable: it is written as zeros of the ids' shape.
+  // not differentiable: it is written as (float) zeros of the ids' shape.
   template <class Ctx>
-  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, float_tensor_for<Ctx>& dx,
+                cache<space_of<Ctx>, activation_of<Ctx>>& c) {
     detail::require_forward_ran(c.ids, kind, weight.name);
     check_params();
     detail::lookup_grad(ctx, kind, weight, {vocab(), 0, vocab()}, *c.ids, dy, dx);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "../core/config.hpp"
+#include "../core/dtype.hpp"
 #include "../core/math.hpp"
 #include "../space/tensor.hpp"
 #include "detail/checks.hpp"
@@ -44,18 +45,24 @@ struct gelu_tanh {
   }
 };
 
-template <class Math>  // gelu_erf or gelu_tanh
+// x, y, dy and dx of the activation type T: read as float, the math in float, the
+// result rounded once.
+template <class Math, class T = float>  // Math: gelu_erf or gelu_tanh
 struct gelu_forward_fn {
-  const float* x;
-  float* y;
-  STRATA_HOST_DEVICE void operator()(std::int64_t i) const { y[i] = Math::value(x[i]); }
+  const T* x;
+  T* y;
+  STRATA_HOST_DEVICE void operator()(std::int64_t i) const {
+    y[i] = round_to<T>(Math::value(static_cast<float>(x[i])));
+  }
 };
-template <class Math>
+template <class Math, class T = float>
 struct gelu_backward_fn {
-  const float* x;
-  const float* dy;
-  float* dx;
-  STRATA_HOST_DEVICE void operator()(std::int64_t i) const { dx[i] = dy[i] * Math::derivative(x[i]); }
+  const T* x;
+  const T* dy;
+  T* dx;
+  STRATA_HOST_DEVICE void operator()(std::int64_t i) const {
+    dx[i] = round_to<T>(static_cast<float>(dy[i]) * Math::derivative(static_cast<float>(x[i])));
+  }
 };
 
 }  // namespace detail
@@ -63,35 +70,40 @@ struct gelu_backward_fn {
 struct gelu {
   gelu_approximation approximate = gelu_approximation::none;
 
-  template <class Space = host>
+  template <class Space = host, class Act = float>
   struct cache {
-    const tensor<float, Space>* x = nullptr;  // the input, kept alive by the trainer until backward
+    const tensor<Act, Space>* x = nullptr;  // the input, kept alive by the trainer until backward
   };
 
   template <class Ctx>
-  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
+  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y,
+               cache<space_of<Ctx>, activation_of<Ctx>>& c) const {
     detail::require_distinct(&x, &y, "gelu", std::string());
     y.resize(x.shape());
+    using act = activation_of<Ctx>;
     const auto n = static_cast<std::int64_t>(x.numel());
     // The choice is outside the map so each loop is one straight-line body.
     if (approximate == gelu_approximation::tanh)
-      ops_of<Ctx>::map(exec_of(ctx), n, detail::gelu_forward_fn<detail::gelu_tanh>{x.data(), y.data()});
+      ops_of<Ctx>::map(exec_of(ctx), n, detail::gelu_forward_fn<detail::gelu_tanh, act>{x.data(), y.data()});
     else
-      ops_of<Ctx>::map(exec_of(ctx), n, detail::gelu_forward_fn<detail::gelu_erf>{x.data(), y.data()});
+      ops_of<Ctx>::map(exec_of(ctx), n, detail::gelu_forward_fn<detail::gelu_erf, act>{x.data(), y.data()});
     c.x = &x;
   }
 
   template <class Ctx>
-  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>, activation_of<Ctx>>& c) {
     detail::require_forward_ran(c.x, "gelu", std::string());
     detail::require_dy(dy, c.x->shape(), "gelu", std::string());
     detail::require_distinct(&dy, &dx, "gelu", std::string());
     dx.resize(c.x->shape());
+    using act = activation_of<Ctx>;
     const auto n = static_cast<std::int64_t>(dy.numel());
     if (approximate == gelu_approximation::tanh)
-      ops_of<Ctx>::map(exec_of(ctx), n, detail::gelu_backward_fn<detail::gelu_tanh>{c.x->data(), dy.data(), dx.data()});
+      ops_of<Ctx>::map(exec_of(ctx), n,
+                       detail::gelu_backward_fn<detail::gelu_tanh, act>{c.x->data(), dy.data(), dx.data()});
     else
-      ops_of<Ctx>::map(exec_of(ctx), n, detail::gelu_backward_fn<detail::gelu_erf>{c.x->data(), dy.data(), dx.data()});
+      ops_of<Ctx>::map(exec_of(ctx), n,
+                       detail::gelu_backward_fn<detail::gelu_erf, act>{c.x->data(), dy.data(), dx.data()});
   }
 };
 

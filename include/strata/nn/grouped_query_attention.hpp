@@ -28,16 +28,19 @@ struct grouped_query_attention {
   int heads = 0, kv_heads = 0;    // over every rank
   rotary_embedding rope;
 
-  template <class Space = host>
+  template <class Space = host, class Act = float>
   struct cache {
-    column_parallel_linear::cache<Space> q_proj, k_proj, v_proj;
-    row_parallel_linear::cache<Space> o_proj;
-    tensor<float, Space> q, k, v;   // [B, S, heads hd] after rotation (q, k)
-    tensor<float, Space> cos, sin;  // [S, hd / 2]
-    tensor<float, Space> saved;     // the softmax's, for backward (as causal_self_attention's)
-    tensor<float, Space> attended;  // [B, S, H hd / T]: the heads' outputs, o_proj's input
-    tensor<float, Space> d_attended, dq, dk, dv, dx_k, dx_v;
-    tensor<float, Space> d_scores;  // scratch for the scores' gradient (a GPU's)
+    column_parallel_linear::cache<Space, Act> q_proj, k_proj, v_proj;
+    row_parallel_linear::cache<Space, Act> o_proj;
+    tensor<Act, Space> q, k, v;  // [B, S, heads hd] after rotation (q, k)
+    // [S, hd / 2], float whatever Act: the angles at fp32 for a small table.
+    tensor<float, Space> cos, sin;
+    detail::attention_saved<Space, Act> saved;  // the softmax's, for backward (as causal_self_attention's)
+    tensor<Act, Space> attended;                // [B, S, H hd / T]: the heads' outputs, o_proj's input
+    tensor<Act, Space> d_attended, dq, dk, dv, dx_k, dx_v;
+    // A GPU's scratch for the scores and their gradient (as causal_self_attention's).
+    tensor<float, Space> d_scores;
+    tensor<Act, Space> d_scores_act;
   };
 
   int tp_size() const noexcept { return q_proj.tp_size; }
@@ -48,7 +51,8 @@ struct grouped_query_attention {
 
   // x [B, S, D] -> y [B, S, D].
   template <class Ctx>
-  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
+  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y,
+               cache<space_of<Ctx>, activation_of<Ctx>>& c) const {
     check_input(x);
     detail::require_distinct(&x, &y, kind, q_proj.weight.name);
     q_proj.forward(ctx, x, c.q, c.q_proj);
@@ -59,12 +63,12 @@ struct grouped_query_attention {
     rope.rotate(ctx, c.q, l.H, l.hd, c.cos, c.sin);
     rope.rotate(ctx, c.k, local_kv_heads(), l.hd, c.cos, c.sin);
     c.attended.resize(shape{l.B, l.S, l.ldo()});
-    detail::attention_forward(ctx, l, c.q.data(), c.k.data(), c.v.data(), c.saved, c.attended.data());
+    detail::attention_forward(ctx, l, c.q.data(), c.k.data(), c.v.data(), c.saved, c.attended.data(), &c.d_scores);
     o_proj.forward(ctx, c.attended, y, c.o_proj);
   }
 
   template <class Ctx>
-  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>, activation_of<Ctx>>& c) {
     detail::require_forward_ran(c.q_proj.x, kind, q_proj.weight.name);
     detail::require_distinct(&dy, &dx, kind, q_proj.weight.name);
     o_proj.backward(ctx, dy, c.d_attended, c.o_proj);
@@ -73,7 +77,7 @@ struct grouped_query_attention {
     c.dk.resize(c.k.shape());
     c.dv.resize(c.v.shape());
     detail::attention_backward(ctx, l, c.q.data(), c.k.data(), c.v.data(), c.saved, c.attended.data(),
-                               c.d_attended.data(), c.dq.data(), c.dk.data(), c.dv.data(), c.d_scores);
+                               c.d_attended.data(), c.dq.data(), c.dk.data(), c.dv.data(), c.d_scores, &c.d_scores_act);
     // The rotation is orthogonal: its backward turns the gradients back.
     rope.rotate(ctx, c.dq, l.H, l.hd, c.cos, c.sin, true);
     rope.rotate(ctx, c.dk, local_kv_heads(), l.hd, c.cos, c.sin, true);
@@ -87,14 +91,14 @@ struct grouped_query_attention {
  private:
   static constexpr const char* kind = "grouped_query_attention";
 
-  template <class Space>
-  detail::attention_layout layout(const tensor<float, Space>& x) const {
+  template <class E, class Space>
+  detail::attention_layout layout(const tensor<E, Space>& x) const {
     const std::int64_t H = local_heads(), K = local_kv_heads(), hd = head_dim();
     return {x.dim(0), x.dim(1), H, hd, H / K, H * hd, hd, K * hd, hd};
   }
 
-  template <class Space>
-  void check_input(const tensor<float, Space>& x) const {
+  template <class E, class Space>
+  void check_input(const tensor<E, Space>& x) const {
     const int T = tp_size();
     expects<config_error>(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && T > 0 && kv_heads % T == 0 &&
                               q_proj.out_features() % heads == 0 && k_proj.out_features() == kv_heads * head_dim() &&

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "../core/config.hpp"
+#include "../core/dtype.hpp"
 #include "../model/param.hpp"
 #include "../space/tensor.hpp"
 #include "detail/checks.hpp"
@@ -15,64 +16,76 @@ namespace strata::nn {
 namespace detail {
 
 // One row: the mean and the variance in two passes in double (the one-pass E[x^2] -
-// E[x]^2 cancels badly when |mean| >> std), then y.
-template <class W = float>
+// E[x]^2 cancels badly when |mean| >> std), then y. x and y are of the activation type T
+// (read as float, y rounded once), the weights of the context's weight type W.
+template <class W = float, class T = float>
 struct layer_norm_forward_fn {
-  const float* x;
+  const T* x;
   const W *w, *b;
-  float *y, *mean, *rstd;
+  T* y;
+  float *mean, *rstd;
   std::int64_t d;
   double eps;
   template <class Row>
   STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
-    const float* xr = x + r * d;
+    const T* xr = x + r * d;
     const double inv_d = 1.0 / static_cast<double>(d);
-    const double mu = row.sum(d, [&](std::int64_t j) { return static_cast<double>(xr[j]); }) * inv_d;
-    const double var = row.sum(d, [&](std::int64_t j) { return (xr[j] - mu) * (xr[j] - mu); });
+    const double mu =
+        row.sum(d, [&](std::int64_t j) { return static_cast<double>(static_cast<float>(xr[j])); }) * inv_d;
+    const double var = row.sum(d, [&](std::int64_t j) {
+      const float xj = static_cast<float>(xr[j]);
+      return (xj - mu) * (xj - mu);
+    });
     const float m = static_cast<float>(mu);
     const float rs = static_cast<float>(1.0 / std::sqrt(var * inv_d + eps));
     row.once([&] {
       mean[r] = m;
       rstd[r] = rs;
     });
-    float* yr = y + r * d;
-    row.for_each(
-        d, [&](std::int64_t j) { yr[j] = (xr[j] - m) * rs * static_cast<float>(w[j]) + static_cast<float>(b[j]); });
+    T* yr = y + r * d;
+    row.for_each(d, [&](std::int64_t j) {
+      yr[j] = round_to<T>((static_cast<float>(xr[j]) - m) * rs * static_cast<float>(w[j]) + static_cast<float>(b[j]));
+    });
   }
 };
 
 // One row of dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dy w, the means summed
-// in double.
-template <class W = float>
+// in double; x, dy and dx of the activation type T, the statistics float.
+template <class W = float, class T = float>
 struct layer_norm_backward_fn {
-  const float *x, *dy;
+  const T *x, *dy;
   const W* w;
   const float *mean, *rstd;
-  float* dx;
+  T* dx;
   std::int64_t d;
   template <class Row>
   STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
-    const float *xr = x + r * d, *gr = dy + r * d;
+    const T *xr = x + r * d, *gr = dy + r * d;
     const float m = mean[r], rs = rstd[r];
     const double inv_d = 1.0 / static_cast<double>(d);
-    const double sg = row.sum(d, [&](std::int64_t j) { return static_cast<double>(gr[j] * static_cast<float>(w[j])); });
+    const double sg = row.sum(
+        d, [&](std::int64_t j) { return static_cast<double>(static_cast<float>(gr[j]) * static_cast<float>(w[j])); });
     const double sgx = row.sum(d, [&](std::int64_t j) {
-      const float gw = gr[j] * static_cast<float>(w[j]);
-      return static_cast<double>(gw * ((xr[j] - m) * rs));
+      const float gw = static_cast<float>(gr[j]) * static_cast<float>(w[j]);
+      return static_cast<double>(gw * ((static_cast<float>(xr[j]) - m) * rs));
     });
     const float a = static_cast<float>(sg * inv_d), bb = static_cast<float>(sgx * inv_d);
-    float* dxr = dx + r * d;
-    row.for_each(d,
-                 [&](std::int64_t j) { dxr[j] = rs * (gr[j] * static_cast<float>(w[j]) - a - (xr[j] - m) * rs * bb); });
+    T* dxr = dx + r * d;
+    row.for_each(d, [&](std::int64_t j) {
+      dxr[j] = round_to<T>(
+          rs * (static_cast<float>(gr[j]) * static_cast<float>(w[j]) - a - (static_cast<float>(xr[j]) - m) * rs * bb));
+    });
   }
 };
 
-// The weight gradient's term dy xhat.
+// The weight gradient's term dy xhat (dy and x of the activation type T).
+template <class T = float>
 struct layer_norm_weight_term {
-  const float *dy, *x, *mean, *rstd;
+  const T *dy, *x;
+  const float *mean, *rstd;
   std::int64_t d;
   STRATA_HOST_DEVICE float operator()(std::int64_t i, std::int64_t j) const {
-    return dy[i * d + j] * ((x[i * d + j] - mean[i]) * rstd[i]);
+    return static_cast<float>(dy[i * d + j]) * ((static_cast<float>(x[i * d + j]) - mean[i]) * rstd[i]);
   }
 };
 
@@ -83,17 +96,20 @@ struct layer_norm {
   param<float> bias;    // [dim], init zeros
   float eps = 1e-5f;
 
-  template <class Space = host>
+  // The statistics stay float whatever the activations: two numbers a row, where 16 bits
+  // would cost the backward accuracy and save next to no memory.
+  template <class Space = host, class Act = float>
   struct cache {
-    const tensor<float, Space>* x = nullptr;  // the input, kept alive by the trainer until backward
-    tensor<float, Space> mean;                // [rows]
-    tensor<float, Space> rstd;                // [rows]: 1 / sqrt(var + eps)
+    const tensor<Act, Space>* x = nullptr;  // the input, kept alive by the trainer until backward
+    tensor<float, Space> mean;              // [rows]
+    tensor<float, Space> rstd;              // [rows]: 1 / sqrt(var + eps)
   };
 
   std::int64_t dim() const noexcept { return weight.shape[0]; }
 
   template <class Ctx>
-  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
+  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y,
+               cache<space_of<Ctx>, activation_of<Ctx>>& c) const {
     check_params();
     const std::int64_t d = dim();
     detail::require_features(x, d, "layer_norm", weight.name, "weight");
@@ -103,9 +119,9 @@ struct layer_norm {
     c.mean.resize(detail::vector_shape(rows));
     c.rstd.resize(detail::vector_shape(rows));
     ops_of<Ctx>::rows(exec_of(ctx), rows, d,
-                      detail::layer_norm_forward_fn<weight_of<Ctx>>{x.data(), weights_of<Ctx>(weight),
-                                                                    weights_of<Ctx>(bias), y.data(), c.mean.data(),
-                                                                    c.rstd.data(), d, static_cast<double>(eps)});
+                      detail::layer_norm_forward_fn<weight_of<Ctx>, activation_of<Ctx>>{
+                          x.data(), weights_of<Ctx>(weight), weights_of<Ctx>(bias), y.data(), c.mean.data(),
+                          c.rstd.data(), d, static_cast<double>(eps)});
     c.x = &x;
   }
 
@@ -113,7 +129,7 @@ struct layer_norm {
   //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
   //   weight.grad += sum over rows of dy * xhat, bias.grad += sum over rows of dy.
   template <class Ctx>
-  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>, activation_of<Ctx>>& c) {
     detail::require_forward_ran(c.x, "layer_norm", weight.name);
     check_params();
     detail::require_grad(weight, "layer_norm", weight.name, "weight");
@@ -126,12 +142,13 @@ struct layer_norm {
     using ops = ops_of<Ctx>;
     const auto exec = exec_of(ctx);
     ops::rows(exec, rows, d,
-              detail::layer_norm_backward_fn<weight_of<Ctx>>{x.data(), dy.data(), weights_of<Ctx>(weight),
-                                                             c.mean.data(), c.rstd.data(), dx.data(), d});
-    ops::add_column_sums(exec, rows, d,
-                         detail::layer_norm_weight_term{dy.data(), x.data(), c.mean.data(), c.rstd.data(), d},
-                         weight.grad());
-    ops::add_column_sums(exec, rows, d, detail::matrix_term{dy.data(), d}, bias.grad());
+              detail::layer_norm_backward_fn<weight_of<Ctx>, activation_of<Ctx>>{
+                  x.data(), dy.data(), weights_of<Ctx>(weight), c.mean.data(), c.rstd.data(), dx.data(), d});
+    ops::add_column_sums(
+        exec, rows, d,
+        detail::layer_norm_weight_term<activation_of<Ctx>>{dy.data(), x.data(), c.mean.data(), c.rstd.data(), d},
+        weight.grad());
+    ops::add_column_sums(exec, rows, d, detail::matrix_term<activation_of<Ctx>>{dy.data(), d}, bias.grad());
   }
 
  private:

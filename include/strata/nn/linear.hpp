@@ -16,11 +16,11 @@ struct linear {
   param<float> weight;  // [out, in]
   param<float> bias;    // [out]; shape [0] (no elements) for a linear without bias
 
-  template <class Space = host>
+  template <class Space = host, class Act = float>
   struct cache {
     // The input of the forward: the trainer keeps every layer's input alive until its
     // backward, so a pointer is enough (and costs no copy).
-    const tensor<float, Space>* x = nullptr;
+    const tensor<Act, Space>* x = nullptr;
   };
 
   std::int64_t in_features() const noexcept { return weight.shape[1]; }
@@ -29,7 +29,8 @@ struct linear {
 
   // x [..., in] -> y [..., out]. x and y must be different tensors.
   template <class Ctx>
-  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
+  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y,
+               cache<space_of<Ctx>, activation_of<Ctx>>& c) const {
     check_params();
     const std::int64_t in = in_features(), out = out_features();
     detail::require_features(x, in, "linear", weight.name, "weight");
@@ -43,7 +44,7 @@ struct linear {
 
   // dx = dy W; weight.grad += dy^T x; bias.grad += column sums of dy.
   template <class Ctx>
-  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>, activation_of<Ctx>>& c) {
     detail::require_forward_ran(c.x, "linear", weight.name);
     check_params();
     detail::require_grad(weight, "linear", weight.name, "weight");

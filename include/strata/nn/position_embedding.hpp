@@ -13,17 +13,19 @@ namespace strata::nn {
 struct position_embedding {
   param<float> weight;  // [max_seq, dim]
 
-  template <class Space = host>
+  template <class Space = host, class Act = float>
   struct cache {
-    const tensor<float, Space>* x = nullptr;  // the input, kept alive by the trainer until backward
+    const tensor<Act, Space>* x = nullptr;  // the input, kept alive by the trainer until backward
   };
 
   std::int64_t max_seq() const noexcept { return weight.shape[0]; }
   std::int64_t dim() const noexcept { return weight.shape[1]; }
 
-  // x [B, S, D] (or [S, D]) -> y = x + weight[s] at each position s.
+  // x [B, S, D] (or [S, D]) -> y = x + weight[s] at each position s (the sum in float,
+  // rounded once to the activation type).
   template <class Ctx>
-  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
+  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y,
+               cache<space_of<Ctx>, activation_of<Ctx>>& c) const {
     const std::int64_t S = check_input(x);
     detail::require_distinct(&x, &y, kind, weight.name);
     y.resize(x.shape());
@@ -32,9 +34,9 @@ struct position_embedding {
     c.x = &x;
   }
 
-  // dx = dy; weight.grad[s] += sum over the batch of dy[b, s].
+  // dx = dy; weight.grad[s] += sum over the batch of dy[b, s] (the gradient float, whatever dy's type).
   template <class Ctx>
-  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>, activation_of<Ctx>>& c) {
     detail::require_forward_ran(c.x, kind, weight.name);
     detail::require_grad(weight, kind, weight.name, "weight");
     detail::require_dy(dy, c.x->shape(), kind, weight.name);
@@ -45,15 +47,16 @@ struct position_embedding {
     using ops = ops_of<Ctx>;
     const auto exec = exec_of(ctx);
     ops::copy(exec, dx.data(), dy.data(), static_cast<std::int64_t>(dy.numel()));
-    ops::add_column_sums(exec, rows, per_row, detail::matrix_term{dy.data(), per_row}, weight.grad());
+    ops::add_column_sums(exec, rows, per_row, detail::matrix_term<activation_of<Ctx>>{dy.data(), per_row},
+                         weight.grad());
   }
 
  private:
   static constexpr const char* kind = "position_embedding";
 
   // Returns S.
-  template <class Space>
-  std::int64_t check_input(const tensor<float, Space>& x) const {
+  template <class T, class Space>
+  std::int64_t check_input(const tensor<T, Space>& x) const {
     expects<config_error>(weight.shape.rank == 2, [&] {
       return strata::cat(detail::label(kind, weight.name), ": weight has shape ", weight.shape,
                          "; expected [max_seq, dim]");

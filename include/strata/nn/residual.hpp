@@ -1,5 +1,6 @@
 // nn::add_into: a += b over tensors of one shape, in the context's space: the residual
-// connections a model writes between its layers (x + attn(norm(x))).
+// connections a model writes between its layers (x + attn(norm(x))). The sum is in
+// float; 16-bit activations round it once.
 #pragma once
 #include <cstdint>
 

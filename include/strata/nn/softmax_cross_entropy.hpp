@@ -1,5 +1,7 @@
 // nn::softmax_cross_entropy: the mean over rows of -log softmax(logits)[target], the
-// classification loss of torch.nn.CrossEntropyLoss, as the last layer of a model.
+// classification loss of torch.nn.CrossEntropyLoss, as the last layer of a model. The
+// logits (and their gradient) are the context's activations; the softmax's statistics,
+// the targets and the loss are float whatever those are.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -15,22 +17,24 @@ namespace strata::nn {
 struct softmax_cross_entropy {
   // A trainer counts this loss's labels (see detail::label_count).
   static constexpr bool counts_labels = true;
-  template <class Space = host>
-  struct cache : detail::cross_entropy_cache<Space> {};
+  template <class Space = host, class Act = float>
+  struct cache : detail::cross_entropy_cache<Space, Act> {};
 
   // logits [..., C] and targets of the leading shape ([B] for [B, C], [B, S] for
   // [B, S, C]) holding class ids in [0, C) or ignore_label -> y [1] = the sum of the
   // rows' losses over the label count: rows, or what a trainer's context says (the
   // labels not ignored), PyTorch's ignore_index mean.
   template <targets_context Ctx>
-  void forward(Ctx& ctx, const tensor_for<Ctx>& logits, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
+  void forward(Ctx& ctx, const tensor_for<Ctx>& logits, float_tensor_for<Ctx>& y,
+               cache<space_of<Ctx>, activation_of<Ctx>>& c) const {
     run_forward(exec_of(ctx), id_checks_of(ctx), logits, ctx.targets(), y, c,
                 [&](std::int64_t rows) { return detail::label_count(ctx, rows); });
   }
 
   // dx = dy[0] * (softmax(logits) - onehot(target)) / count, 0 on ignored rows.
   template <class Ctx>
-  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
+  void backward(Ctx& ctx, const float_tensor_for<Ctx>& dy, tensor_for<Ctx>& dx,
+                cache<space_of<Ctx>, activation_of<Ctx>>& c) {
     detail::require_forward_ran(c.logits, kind, std::string());
     detail::require_dy(dy, detail::vector_shape(1), kind, std::string());
     detail::require_distinct(&dy, &dx, kind, std::string());
@@ -38,8 +42,9 @@ struct softmax_cross_entropy {
     const std::int64_t classes = x.shape()[x.shape().rank - 1], rows = detail::rows_of(x.shape());
     dx.resize(x.shape());
     ops_of<Ctx>::rows(exec_of(ctx), rows, classes,
-                      detail::softmax_grad_rows_fn{x.data(), c.row_max.data(), c.log_sum.data(), c.target.data(),
-                                                   dy.data(), dx.data(), static_cast<float>(c.count), classes, 0});
+                      detail::softmax_grad_rows_fn<activation_of<Ctx>>{x.data(), c.row_max.data(), c.log_sum.data(),
+                                                                       c.target.data(), dy.data(), dx.data(),
+                                                                       static_cast<float>(c.count), classes, 0});
   }
 
   // The forward without a context (on the host): the loss of logits against explicit
@@ -52,10 +57,10 @@ struct softmax_cross_entropy {
  private:
   static constexpr const char* kind = "softmax_cross_entropy";
 
-  template <class Space, class Count>
+  template <class Space, class T, class Count>
   static void run_forward(const executor<Space>& exec, std::type_identity_t<deferred_id_checks<Space>>* deferred,
-                          const tensor<float, Space>& logits, const tensor<float, Space>& targets,
-                          tensor<float, Space>& y, cache<Space>& c, const Count& count) {
+                          const tensor<T, Space>& logits, const tensor<float, Space>& targets, tensor<float, Space>& y,
+                          cache<Space, T>& c, const Count& count) {
     using ops = ops_for<Space>;
     detail::require_distinct(&logits, &y, kind, std::string());
     const auto& s = logits.shape();
@@ -81,8 +86,8 @@ struct softmax_cross_entropy {
     c.row_loss.resize(detail::vector_shape(rows));
     y.resize(detail::vector_shape(1));
     ops::rows(exec, rows, classes,
-              detail::cross_entropy_rows_fn{logits.data(), targets.data(), c.row_max.data(), c.log_sum.data(),
-                                            c.target.data(), c.row_loss.data(), classes});
+              detail::cross_entropy_rows_fn<T>{logits.data(), targets.data(), c.row_max.data(), c.log_sum.data(),
+                                               c.target.data(), c.row_loss.data(), classes});
     c.count = count(rows);
     ops::mean(exec, rows, detail::row_loss_term{c.row_loss.data()}, c.count, y.data());
     c.logits = &logits;

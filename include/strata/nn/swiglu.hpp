@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "../core/config.hpp"
+#include "../core/dtype.hpp"
 #include "../core/math.hpp"
 #include "../space/tensor.hpp"
 #include "detail/checks.hpp"
@@ -17,25 +18,29 @@ namespace strata::nn {
 
 namespace detail {
 
-// silu(g) = g sigmoid(g), written as torch writes it: g / (1 + exp(-g)).
+// silu(g) = g sigmoid(g), written as torch writes it: g / (1 + exp(-g)). gate, up and h
+// of the activation type T: read as float, h rounded once.
+template <class T = float>
 struct swiglu_forward_fn {
-  const float *gate, *up;
-  float* h;
+  const T *gate, *up;
+  T* h;
   STRATA_HOST_DEVICE void operator()(std::int64_t i) const {
-    const float g = gate[i];
-    h[i] = g / (1.0f + math::exp(-g)) * up[i];
+    const float g = static_cast<float>(gate[i]);
+    h[i] = round_to<T>(g / (1.0f + math::exp(-g)) * static_cast<float>(up[i]));
   }
 };
 
-// From dh: d_up = dh silu(g) and d_gate = dh up silu'(g), silu'(g) = s (1 + g (1 - s)).
+// From dh: d_up = dh silu(g) and d_gate = dh up silu'(g), silu'(g) = s (1 + g (1 - s)),
+// in float from the activation type T, each rounded once.
+template <class T = float>
 struct swiglu_backward_fn {
-  const float *gate, *up, *dh;
-  float *d_gate, *d_up;
+  const T *gate, *up, *dh;
+  T *d_gate, *d_up;
   STRATA_HOST_DEVICE void operator()(std::int64_t i) const {
-    const float g = gate[i];
+    const float g = static_cast<float>(gate[i]), d = static_cast<float>(dh[i]);
     const float s = math::sigmoid(g);
-    d_up[i] = dh[i] * (g / (1.0f + math::exp(-g)));
-    d_gate[i] = dh[i] * up[i] * (s * (1.0f + g * (1.0f - s)));
+    d_up[i] = round_to<T>(d * (g / (1.0f + math::exp(-g))));
+    d_gate[i] = round_to<T>(d * static_cast<float>(up[i]) * (s * (1.0f + g * (1.0f - s))));
   }
 };
 
@@ -46,17 +51,20 @@ struct swiglu_mlp {
   column_parallel_linear up_proj;    // [I/T, D]
   row_parallel_linear down_proj;     // [D, I/T]
 
-  template <class Space = host>
+  // Every intermediate is a projection's output or input (a GEMM operand), so it is of the
+  // activation type.
+  template <class Space = host, class Act = float>
   struct cache {
-    column_parallel_linear::cache<Space> gate_proj, up_proj;
-    row_parallel_linear::cache<Space> down_proj;
-    tensor<float, Space> gate, up, h;  // [..., I/T]
-    tensor<float, Space> dh, d_gate, d_up, dx_up;
+    column_parallel_linear::cache<Space, Act> gate_proj, up_proj;
+    row_parallel_linear::cache<Space, Act> down_proj;
+    tensor<Act, Space> gate, up, h;  // [..., I/T]
+    tensor<Act, Space> dh, d_gate, d_up, dx_up;
   };
 
   // x [..., D] -> y [..., D].
   template <class Ctx>
-  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
+  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y,
+               cache<space_of<Ctx>, activation_of<Ctx>>& c) const {
     detail::require_distinct(&x, &y, kind, gate_proj.weight.name);
     gate_proj.forward(ctx, x, c.gate, c.gate_proj);
     up_proj.forward(ctx, x, c.up, c.up_proj);
@@ -66,20 +74,20 @@ struct swiglu_mlp {
     });
     c.h.resize(c.gate.shape());
     ops_of<Ctx>::map(exec_of(ctx), static_cast<std::int64_t>(c.h.numel()),
-                     detail::swiglu_forward_fn{c.gate.data(), c.up.data(), c.h.data()});
+                     detail::swiglu_forward_fn<activation_of<Ctx>>{c.gate.data(), c.up.data(), c.h.data()});
     down_proj.forward(ctx, c.h, y, c.down_proj);
   }
 
   template <class Ctx>
-  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>, activation_of<Ctx>>& c) {
     detail::require_forward_ran(c.gate_proj.x, kind, gate_proj.weight.name);
     detail::require_distinct(&dy, &dx, kind, gate_proj.weight.name);
     down_proj.backward(ctx, dy, c.dh, c.down_proj);
     c.d_gate.resize(c.gate.shape());
     c.d_up.resize(c.up.shape());
-    ops_of<Ctx>::map(
-        exec_of(ctx), static_cast<std::int64_t>(c.dh.numel()),
-        detail::swiglu_backward_fn{c.gate.data(), c.up.data(), c.dh.data(), c.d_gate.data(), c.d_up.data()});
+    ops_of<Ctx>::map(exec_of(ctx), static_cast<std::int64_t>(c.dh.numel()),
+                     detail::swiglu_backward_fn<activation_of<Ctx>>{c.gate.data(), c.up.data(), c.dh.data(),
+                                                                    c.d_gate.data(), c.d_up.data()});
     gate_proj.backward(ctx, c.d_gate, dx, c.gate_proj);
     up_proj.backward(ctx, c.d_up, c.dx_up, c.up_proj);
     add_into(ctx, dx, c.dx_up);

@@ -13,6 +13,7 @@
 #include <functional>
 #include <source_location>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -154,17 +155,42 @@ __global__ void __launch_bounds__(Block)
   }
 }
 
-// One block: each thread sums a fixed stride of terms, CUB combines them in a fixed
-// tree. Enough for a loss (one term per row or element, read once).
+// mean's order: up to mean_chunk terms are one block's (each thread a fixed stride, CUB
+// a fixed tree); more are cut into chunks of mean_chunk, one block each, whose sums a
+// last block adds the same way. The order depends on n only, never on the GPU.
+inline constexpr std::int64_t mean_chunk = 16 * 1024;
+
 template <class Term>
-__global__ void __launch_bounds__(cuda_ops_block) mean_kernel(std::int64_t n, Term term, double count, float* out) {
+__device__ double block_sum(std::int64_t lo, std::int64_t hi, const Term& term) {
   using reduce = cub::BlockReduce<double, cuda_ops_block>;
   __shared__ typename reduce::TempStorage temp;
   double s = 0.0;
-  for (std::int64_t i = threadIdx.x; i < n; i += cuda_ops_block) s += term(i);
+  for (std::int64_t i = lo + threadIdx.x; i < hi; i += cuda_ops_block) s += term(i);
   s = reduce(temp).Sum(s);
+  __syncthreads();  // temp may be reused by the block's next sum
+  return s;
+}
+
+// *out = the sum over [0, n) / count, or partial[c] = chunk c's sum where partial is set.
+template <class Term>
+__global__ void __launch_bounds__(cuda_ops_block)
+    mean_kernel(std::int64_t n, Term term, double count, float* out, double* partial) {
+  if (partial) {
+    for (std::int64_t c = blockIdx.x; c * mean_chunk < n; c += gridDim.x) {
+      const std::int64_t lo = c * mean_chunk, hi = lo + mean_chunk < n ? lo + mean_chunk : n;
+      const double s = block_sum(lo, hi, term);
+      if (threadIdx.x == 0) partial[c] = s;
+    }
+    return;
+  }
+  const double s = block_sum(0, n, term);
   if (threadIdx.x == 0) *out = count != 0.0 ? static_cast<float>(s / count) : 0.0f;
 }
+
+struct partial_term {
+  const double* partial;
+  __device__ double operator()(std::int64_t i) const { return partial[i]; }
+};
 
 // The host's test of an id: a whole number in [0, limit) (or ignore_label, for labels).
 __device__ inline bool is_id(float v, std::int64_t limit, bool labels) {
@@ -222,17 +248,18 @@ __global__ void __launch_bounds__(Block) scatter_keys_kernel(std::int64_t n, std
 // Then, after a stable sort of (key, token), the block at the first position of each
 // row's run adds that run's source rows into the row, column j by thread j, in token
 // order: the host's float sum for every element, with no atomics and no rescans.
-template <int Block>
+template <int Block, class S>
 __global__ void __launch_bounds__(Block)
     scatter_runs_kernel(std::int64_t n, std::int64_t d, std::int64_t local, const unsigned* keys,
-                        const unsigned* tokens, const float* src, float* out) {
+                        const unsigned* tokens, const S* src, float* out) {
   for (std::int64_t s = blockIdx.x; s < n; s += gridDim.x) {
     const unsigned row = keys[s];
     if (row >= local || (s > 0 && keys[s - 1] == row)) continue;
     float* o = out + static_cast<std::int64_t>(row) * d;
     for (std::int64_t j = threadIdx.x; j < d; j += Block) {
       float acc = o[j];
-      for (std::int64_t u = s; u < n && keys[u] == row; ++u) acc += src[static_cast<std::int64_t>(tokens[u]) * d + j];
+      for (std::int64_t u = s; u < n && keys[u] == row; ++u)
+        acc += static_cast<float>(src[static_cast<std::int64_t>(tokens[u]) * d + j]);
       o[j] = acc;
     }
   }
@@ -241,18 +268,29 @@ __global__ void __launch_bounds__(Block)
 // Bytes rounded up to what cudaMalloc aligns to, for several arrays in one scratch.
 inline std::size_t cuda_aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-template <class R>
+template <class R, class T>
 struct broadcast_rows_fn {
   const R* row;
-  float* out;
+  T* out;
   std::int64_t cols;
-  __device__ void operator()(std::int64_t i) const { out[i] = static_cast<float>(row[i % cols]); }
+  __device__ void operator()(std::int64_t i) const { out[i] = round_to<T>(static_cast<float>(row[i % cols])); }
 };
+// a += b, in float (a 16-bit a rounds its sum once).
+template <class T>
 struct add_into_fn {
-  float* a;
-  const float* b;
-  __device__ void operator()(std::int64_t i) const { a[i] += b[i]; }
+  T* a;
+  const T* b;
+  __device__ void operator()(std::int64_t i) const {
+    a[i] = round_to<T>(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+  }
 };
+
+// The 16-bit types cuBLAS multiplies on tensor cores.
+template <class T>
+inline constexpr bool is_half = std::is_same_v<T, bf16> || std::is_same_v<T, fp16>;
+template <class T>
+inline constexpr cudaDataType_t cuda_data_type =
+    is_half<T> ? (std::is_same_v<T, bf16> ? CUDA_R_16BF : CUDA_R_16F) : CUDA_R_32F;
 
 // cuBLAS takes int extents: refuse what would silently wrap (the message is built only
 // on failure).
@@ -269,14 +307,14 @@ inline cublasOperation_t cublas_op(transpose t) { return t == transpose::yes ? C
 
 // A GEMM operand as stored (rows x cols at leading dimension ld, batch matrices stride
 // apart), rounded to T (RNE) and packed: out[q, r, c], leading dimension cols.
-template <class T>
+template <class T, class In = float>
 struct pack_operand_fn {
-  const float* in;
+  const In* in;
   T* out;
   std::int64_t rows, cols, ld, stride;
   __device__ void operator()(std::int64_t i) const {
     const std::int64_t per = rows * cols, q = i / per, rc = i - q * per, r = rc / cols;
-    out[i] = T(in[q * stride + r * ld + (rc - r * cols)]);
+    out[i] = T(static_cast<float>(in[q * stride + r * ld + (rc - r * cols)]));
   }
 };
 
@@ -291,49 +329,46 @@ struct ops<cuda> {
   // On exec.stream through exec.blas (whose pointer mode must be host, cuBLAS's default).
   // cuBLAS is column-major, where a row-major matrix reads as its transpose: C^T =
   // op(B)^T op(A)^T is the same call with A and B (and m and n) swapped.
-  // With 16-bit operands (exec.gemm) A and B are rounded into the executor's scratch
-  // first and cuBLAS multiplies them on tensor cores, accumulating in fp32 into fp32 C.
+  // A, B and C are float or 16-bit (bf16 or fp16, one type per call). With a 16-bit
+  // operand, or 16-bit operands asked for (exec.gemm), cuBLAS multiplies on tensor cores
+  // and accumulates in fp32: a 16-bit operand is read where it lives, a float one is
+  // rounded into the executor's scratch first; C is written as its type. All float with
+  // exec.gemm fp32 is cublasSgemm (no TF32: the host's numbers).
+  template <class A, class B, class C>
   static void gemm(const exec_type& exec, transpose ta, transpose tb, std::int64_t m, std::int64_t n, std::int64_t k,
-                   float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
-                   float* c, std::int64_t ldc) {
-    if (m == 0 || n == 0) return;
-    detail::require_int_extents(m, n, k, lda, ldb, ldc);
-    if (exec.gemm != gemm_operands::fp32) {
-      gemm_16bit(exec, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
-      return;
-    }
-    STRATA_CHECK_CUBLAS(cublasSgemm(exec.blas, detail::cublas_op(tb), detail::cublas_op(ta), static_cast<int>(n),
-                                    static_cast<int>(m), static_cast<int>(k), &alpha, b, detail::cublas_ld(ldb), a,
-                                    detail::cublas_ld(lda), &beta, c, detail::cublas_ld(ldc)));
-  }
-
-  // B already 16-bit (a mixed trainer's weights, nn::weights_of): only A is rounded, to
-  // B's type, and B is read where it lives.
-  template <class W>
-  requires(std::is_same_v<W, bf16> || std::is_same_v<W, fp16>)
-  static void gemm(const exec_type& exec, transpose ta, transpose tb, std::int64_t m, std::int64_t n, std::int64_t k,
-                   float alpha, const float* a, std::int64_t lda, const W* b, std::int64_t ldb, float beta, float* c,
+                   float alpha, const A* a, std::int64_t lda, const B* b, std::int64_t ldb, float beta, C* c,
                    std::int64_t ldc) {
     if (m == 0 || n == 0) return;
     detail::require_int_extents(m, n, k, lda, ldb, ldc);
-    gemm_16bit_as<W>(exec, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
+    if constexpr (all_float<A, B, C>) {
+      if (exec.gemm == gemm_operands::fp32) {
+        STRATA_CHECK_CUBLAS(cublasSgemm(exec.blas, detail::cublas_op(tb), detail::cublas_op(ta), static_cast<int>(n),
+                                        static_cast<int>(m), static_cast<int>(k), &alpha, b, detail::cublas_ld(ldb), a,
+                                        detail::cublas_ld(lda), &beta, c, detail::cublas_ld(ldc)));
+        return;
+      }
+    }
+    gemm_16bit(exec, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
   }
 
+  template <class A, class B, class C>
   static void gemm_strided_batched(const exec_type& exec, transpose ta, transpose tb, std::int64_t m, std::int64_t n,
-                                   std::int64_t k, float alpha, const float* a, std::int64_t lda, std::int64_t stride_a,
-                                   const float* b, std::int64_t ldb, std::int64_t stride_b, float beta, float* c,
+                                   std::int64_t k, float alpha, const A* a, std::int64_t lda, std::int64_t stride_a,
+                                   const B* b, std::int64_t ldb, std::int64_t stride_b, float beta, C* c,
                                    std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
     if (m == 0 || n == 0 || batch == 0) return;
     detail::require_int_extents(m, n, k, lda, ldb, ldc, batch);
-    if (exec.gemm != gemm_operands::fp32) {
-      gemm_16bit(exec, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, batch);
-      return;
+    if constexpr (all_float<A, B, C>) {
+      if (exec.gemm == gemm_operands::fp32) {
+        STRATA_CHECK_CUBLAS(cublasSgemmStridedBatched(
+            exec.blas, detail::cublas_op(tb), detail::cublas_op(ta), static_cast<int>(n), static_cast<int>(m),
+            static_cast<int>(k), &alpha, b, detail::cublas_ld(ldb), static_cast<long long>(stride_b), a,
+            detail::cublas_ld(lda), static_cast<long long>(stride_a), &beta, c, detail::cublas_ld(ldc),
+            static_cast<long long>(stride_c), static_cast<int>(batch)));
+        return;
+      }
     }
-    STRATA_CHECK_CUBLAS(cublasSgemmStridedBatched(
-        exec.blas, detail::cublas_op(tb), detail::cublas_op(ta), static_cast<int>(n), static_cast<int>(m),
-        static_cast<int>(k), &alpha, b, detail::cublas_ld(ldb), static_cast<long long>(stride_b), a,
-        detail::cublas_ld(lda), static_cast<long long>(stride_a), &beta, c, detail::cublas_ld(ldc),
-        static_cast<long long>(stride_c), static_cast<int>(batch)));
+    gemm_16bit(exec, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, batch);
   }
 
   template <class F>
@@ -378,11 +413,27 @@ struct ops<cuda> {
     own.release(exec.stream);
   }
 
+  // Chunk sums (more than one chunk) live in the executor's scratch, or in memory of this
+  // call's own.
   template <class Term>
   static void mean(const exec_type& exec, std::int64_t n, const Term& term, double count, float* out) {
     strata::detail::clear_stale_cuda_error();
-    detail::mean_kernel<<<1, detail::cuda_ops_block, 0, exec.stream>>>(n, term, count, out);
+    const std::int64_t chunks = (std::max<std::int64_t>(n, 0) + detail::mean_chunk - 1) / detail::mean_chunk;
+    if (chunks <= 1) {
+      detail::mean_kernel<<<1, detail::cuda_ops_block, 0, exec.stream>>>(n, term, count, out, nullptr);
+      detail::check_ops_launch();
+      return;
+    }
+    cuda_scratch own;
+    auto* partial = static_cast<double*>(
+        (exec.scratch ? *exec.scratch : own).get(static_cast<std::size_t>(chunks) * sizeof(double), exec.stream));
+    detail::mean_kernel<<<detail::cuda_blocks_for(chunks), detail::cuda_ops_block, 0, exec.stream>>>(n, term, count,
+                                                                                                     out, partial);
     detail::check_ops_launch();
+    detail::mean_kernel<<<1, detail::cuda_ops_block, 0, exec.stream>>>(chunks, detail::partial_term{partial}, count,
+                                                                       out, nullptr);
+    detail::check_ops_launch();
+    own.release(exec.stream);
   }
 
   // Flags the first bad position on the device, then waits for the stream (through
@@ -404,8 +455,9 @@ struct ops<cuda> {
 
   // Keys and token indices, sorted by CUB's stable radix sort over the bits `local` needs,
   // in the executor's scratch (or stream-ordered memory of this call's own).
+  template <class S>
   static void scatter_add_rows(const exec_type& exec, std::int64_t n, std::int64_t d, std::int64_t lo,
-                               std::int64_t local, const float* ids, const float* src, float* out) {
+                               std::int64_t local, const float* ids, const S* src, float* out) {
     if (n == 0 || d == 0 || local == 0) return;
     // CUB sorts an int count; keys (rows, and `local` for the skipped) are 32-bit.
     expects(n <= std::int64_t{INT_MAX} && local < std::int64_t{UINT_MAX}, [&] {
@@ -442,77 +494,96 @@ struct ops<cuda> {
 
   // Queued on the stream (cuda::zero / copy would wait on the legacy stream instead,
   // unordered with the layers' stream).
-  static void fill_zero(const exec_type& exec, float* p, std::int64_t n) {
-    if (n > 0) STRATA_CHECK_CUDA(cudaMemsetAsync(p, 0, static_cast<std::size_t>(n) * sizeof(float), exec.stream));
+  template <class T>
+  static void fill_zero(const exec_type& exec, T* p, std::int64_t n) {
+    if (n > 0) STRATA_CHECK_CUDA(cudaMemsetAsync(p, 0, static_cast<std::size_t>(n) * sizeof(T), exec.stream));
   }
-  static void copy(const exec_type& exec, float* dst, const float* src, std::int64_t n) {
+  template <class T>
+  static void copy(const exec_type& exec, T* dst, const T* src, std::int64_t n) {
     if (n > 0)
-      STRATA_CHECK_CUDA(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice,
-                                        exec.stream));
+      STRATA_CHECK_CUDA(
+          cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * sizeof(T), cudaMemcpyDeviceToDevice, exec.stream));
   }
-  // row: float, or a 16-bit weight of a mixed trainer's (nn::weights_of).
-  template <class R>
-  static void broadcast_rows(const exec_type& exec, std::int64_t rows, std::int64_t cols, const R* row, float* out) {
+  // row: float, or a 16-bit weight of a mixed trainer's (nn::weights_of); out: float or
+  // 16-bit activations.
+  template <class R, class T>
+  static void broadcast_rows(const exec_type& exec, std::int64_t rows, std::int64_t cols, const R* row, T* out) {
     if (rows == 0 || cols == 0) return;
-    map(exec, rows * cols, detail::broadcast_rows_fn<R>{row, out, cols});
+    map(exec, rows * cols, detail::broadcast_rows_fn<R, T>{row, out, cols});
   }
-  static void add_into(const exec_type& exec, std::int64_t n, float* a, const float* b) {
-    map(exec, n, detail::add_into_fn{a, b});
+  template <class T>
+  static void add_into(const exec_type& exec, std::int64_t n, T* a, const T* b) {
+    map(exec, n, detail::add_into_fn<T>{a, b});
   }
 
  private:
-  // Both operands rounded to exec.gemm's type and packed into one scratch (batch
-  // matrices of A, then of B), then one cublasGemmStridedBatchedEx with fp32 compute and
-  // an fp32 C. The rounding is RNE, as the compute params' own; a product of two 16-bit
-  // values is exact in fp32, so only the accumulation rounds, as in an fp32 GEMM.
+  template <class A, class B, class C>
+  static constexpr bool all_float = std::is_same_v<A, float> && std::is_same_v<B, float> && std::is_same_v<C, float>;
+
+  // The 16-bit type of a GEMM: that of its 16-bit operands (one type per call), or
+  // exec.gemm's where all three are float.
+  template <class A, class B, class C>
   static void gemm_16bit(const exec_type& exec, transpose ta, transpose tb, std::int64_t m, std::int64_t n,
-                         std::int64_t k, float alpha, const float* a, std::int64_t lda, std::int64_t stride_a,
-                         const float* b, std::int64_t ldb, std::int64_t stride_b, float beta, float* c,
-                         std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
-    if (exec.gemm == gemm_operands::bf16)
+                         std::int64_t k, float alpha, const A* a, std::int64_t lda, std::int64_t stride_a, const B* b,
+                         std::int64_t ldb, std::int64_t stride_b, float beta, C* c, std::int64_t ldc,
+                         std::int64_t stride_c, std::int64_t batch) {
+    if constexpr (detail::is_half<A> || detail::is_half<B> || detail::is_half<C>) {
+      using T = std::conditional_t<detail::is_half<A>, A, std::conditional_t<detail::is_half<B>, B, C>>;
+      static_assert((!detail::is_half<A> || std::is_same_v<A, T>) && (!detail::is_half<B> || std::is_same_v<B, T>) &&
+                        (!detail::is_half<C> || std::is_same_v<C, T>),
+                    "strata: a GEMM's 16-bit operands must all be bf16 or all fp16");
+      gemm_16bit_as<T>(exec, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, batch);
+    } else if (exec.gemm == gemm_operands::bf16) {
       gemm_16bit_as<bf16>(exec, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c,
                           batch);
-    else
+    } else {
       gemm_16bit_as<fp16>(exec, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c,
                           batch);
+    }
   }
 
-  // B is float (rounded and packed like A) or already T (read as it is stored).
-  template <class T, class BIn>
+  // One cublasGemmStridedBatchedEx in T with fp32 compute. A float operand is rounded to
+  // T (RNE, as the compute params' own) and packed into the scratch (batch matrices of A,
+  // then of B); a T operand is read where it lives. A product of two 16-bit values is
+  // exact in fp32, so only the accumulation rounds, as in an fp32 GEMM, and a 16-bit C
+  // rounds once at the end.
+  template <class T, class A, class B, class C>
   static void gemm_16bit_as(const exec_type& exec, transpose ta, transpose tb, std::int64_t m, std::int64_t n,
-                            std::int64_t k, float alpha, const float* a, std::int64_t lda, std::int64_t stride_a,
-                            const BIn* b, std::int64_t ldb, std::int64_t stride_b, float beta, float* c,
-                            std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
-    constexpr cudaDataType_t type = std::is_same_v<T, bf16> ? CUDA_R_16BF : CUDA_R_16F;
-    constexpr bool pack_b = !std::is_same_v<BIn, T>;
+                            std::int64_t k, float alpha, const A* a, std::int64_t lda, std::int64_t stride_a,
+                            const B* b, std::int64_t ldb, std::int64_t stride_b, float beta, C* c, std::int64_t ldc,
+                            std::int64_t stride_c, std::int64_t batch) {
+    constexpr bool pack_a = !std::is_same_v<A, T>, pack_b = !std::is_same_v<B, T>;
     // The operands as stored (row-major): A is m x k, or k x m transposed; B k x n, or n x k.
     const std::int64_t a_rows = ta == transpose::yes ? k : m, a_cols = ta == transpose::yes ? m : k;
     const std::int64_t b_rows = tb == transpose::yes ? n : k, b_cols = tb == transpose::yes ? k : n;
-    const std::int64_t a_n = batch * a_rows * a_cols, b_n = pack_b ? batch * b_rows * b_cols : 0;
+    const std::int64_t a_n = pack_a ? batch * a_rows * a_cols : 0, b_n = pack_b ? batch * b_rows * b_cols : 0;
     const std::size_t a_bytes = detail::cuda_aligned(static_cast<std::size_t>(a_n) * sizeof(T));
     cuda_scratch own;
-    const std::size_t bytes = std::max<std::size_t>(a_bytes + static_cast<std::size_t>(b_n) * sizeof(T), 1);
-    char* base = static_cast<char*>((exec.scratch ? *exec.scratch : own).get(bytes, exec.stream));
-    T* a16 = reinterpret_cast<T*>(base);
-    map(exec, a_n, detail::pack_operand_fn<T>{a, a16, a_rows, a_cols, lda, stride_a});
-    const T* b16 = nullptr;
-    std::int64_t b_ld = ldb, b_stride = stride_b;
-    if constexpr (pack_b) {
-      T* packed = reinterpret_cast<T*>(base + a_bytes);
-      map(exec, b_n, detail::pack_operand_fn<T>{b, packed, b_rows, b_cols, ldb, stride_b});
-      b16 = packed;
-      b_ld = b_cols;
-      b_stride = b_rows * b_cols;
-    } else {
-      b16 = b;
-    }
-    STRATA_CHECK_CUBLAS(
-        cublasGemmStridedBatchedEx(exec.blas, detail::cublas_op(tb), detail::cublas_op(ta), static_cast<int>(n),
-                                   static_cast<int>(m), static_cast<int>(k), &alpha, b16, type, detail::cublas_ld(b_ld),
-                                   static_cast<long long>(batch > 1 ? b_stride : 0), a16, type,
-                                   detail::cublas_ld(a_cols), static_cast<long long>(a_rows * a_cols), &beta, c,
-                                   CUDA_R_32F, detail::cublas_ld(ldc), static_cast<long long>(batch > 1 ? stride_c : 0),
-                                   static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    char* base = nullptr;
+    if (a_n + b_n > 0)
+      base = static_cast<char*>(
+          (exec.scratch ? *exec.scratch : own).get(a_bytes + static_cast<std::size_t>(b_n) * sizeof(T), exec.stream));
+    const auto operand = [&](const auto* in, std::int64_t n_packed, char* at, std::int64_t rows, std::int64_t cols,
+                             std::int64_t ld, std::int64_t stride) -> std::tuple<const T*, std::int64_t, std::int64_t> {
+      using In = std::remove_cvref_t<decltype(*in)>;
+      if constexpr (std::is_same_v<In, T>) {
+        return {in, ld, stride};
+      } else {
+        T* packed = reinterpret_cast<T*>(at);
+        map(exec, n_packed, detail::pack_operand_fn<T, In>{in, packed, rows, cols, ld, stride});
+        return {packed, cols, rows * cols};
+      }
+    };
+    const auto [a16, a_ld, a_stride] = operand(a, a_n, base, a_rows, a_cols, lda, stride_a);
+    const auto [b16, b_ld, b_stride] = operand(b, b_n, base + a_bytes, b_rows, b_cols, ldb, stride_b);
+    constexpr cudaDataType_t type = detail::cuda_data_type<T>;
+    STRATA_CHECK_CUBLAS(cublasGemmStridedBatchedEx(
+        exec.blas, detail::cublas_op(tb), detail::cublas_op(ta), static_cast<int>(n), static_cast<int>(m),
+        static_cast<int>(k), &alpha, b16, type, detail::cublas_ld(b_ld),
+        static_cast<long long>(batch > 1 ? b_stride : 0), a16, type, detail::cublas_ld(a_ld),
+        static_cast<long long>(batch > 1 ? a_stride : 0), &beta, c, detail::cuda_data_type<C>, detail::cublas_ld(ldc),
+        static_cast<long long>(batch > 1 ? stride_c : 0), static_cast<int>(batch), CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT));
     own.release(exec.stream);
   }
 };

@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "../core/config.hpp"
+#include "../core/dtype.hpp"
 #include "../core/error.hpp"
 #include "host.hpp"
 #include "host_isa.hpp"
@@ -124,28 +126,53 @@ struct ops<host> {
   // time instead, which keeps a pair's intermediates in cache.
   static constexpr bool prefers_batched = false;
 
-  static void gemm(const exec_type&, transpose ta, transpose tb, std::int64_t m, std::int64_t n, std::int64_t k,
-                   float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
-                   float* c, std::int64_t ldc) {
+  // A, B and C are float, or 16-bit (a host context with 16-bit activations, as the
+  // tests run the layers of a mixed GPU trainer): 16-bit operands are widened (exactly)
+  // into float copies, multiplied by BLAS, and a 16-bit C rounds once at the end: a
+  // tensor-core GEMM's numbers, up to the order of its sums.
+  template <class A, class B, class C>
+  static void gemm(const exec_type& exec, transpose ta, transpose tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                   float alpha, const A* a, std::int64_t lda, const B* b, std::int64_t ldb, float beta, C* c,
+                   std::int64_t ldc) {
     if (m == 0 || n == 0) return;
-    (void)host_threads();  // BLAS on OpenMP's pool, before its first GEMM
-    // LP64 CBLAS takes int extents: refuse what would silently wrap.
-    const auto fits = [](std::int64_t v) { return v >= 0 && v <= INT_MAX; };
-    expects<config_error>(fits(m) && fits(n) && fits(k) && fits(lda) && fits(ldb) && fits(ldc), [&] {
-      return strata::cat("gemm: extents m=", m, " n=", n, " k=", k, " exceed the 32-bit range of CBLAS");
-    });
-    // BLAS rejects leading dimensions below 1 even when k == 0 and nothing is read.
-    const auto ld = [](std::int64_t v) { return static_cast<int>(v < 1 ? 1 : v); };
-    cblas_sgemm(CblasRowMajor, ta == transpose::yes ? CblasTrans : CblasNoTrans,
-                tb == transpose::yes ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(k), alpha, a, ld(lda), b, ld(ldb), beta, c, ld(ldc));
+    if constexpr (std::is_same_v<A, float> && std::is_same_v<B, float> && std::is_same_v<C, float>) {
+      (void)exec;
+      (void)host_threads();  // BLAS on OpenMP's pool, before its first GEMM
+      // LP64 CBLAS takes int extents: refuse what would silently wrap.
+      const auto fits = [](std::int64_t v) { return v >= 0 && v <= INT_MAX; };
+      expects<config_error>(fits(m) && fits(n) && fits(k) && fits(lda) && fits(ldb) && fits(ldc), [&] {
+        return strata::cat("gemm: extents m=", m, " n=", n, " k=", k, " exceed the 32-bit range of CBLAS");
+      });
+      // BLAS rejects leading dimensions below 1 even when k == 0 and nothing is read.
+      const auto ld = [](std::int64_t v) { return static_cast<int>(v < 1 ? 1 : v); };
+      cblas_sgemm(CblasRowMajor, ta == transpose::yes ? CblasTrans : CblasNoTrans,
+                  tb == transpose::yes ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                  static_cast<int>(k), alpha, a, ld(lda), b, ld(ldb), beta, c, ld(ldc));
+    } else {
+      // Each operand as a packed float matrix (rows x cols, leading dimension cols).
+      const auto widened = [](const auto* in, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
+        std::vector<float> w(static_cast<std::size_t>(rows * cols));
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t j = 0; j < cols; ++j) w[static_cast<std::size_t>(r * cols + j)] = in[r * ld + j];
+        return w;
+      };
+      const std::int64_t a_rows = ta == transpose::yes ? k : m, a_cols = ta == transpose::yes ? m : k;
+      const std::int64_t b_rows = tb == transpose::yes ? n : k, b_cols = tb == transpose::yes ? k : n;
+      const std::vector<float> wa = widened(a, a_rows, a_cols, lda), wb = widened(b, b_rows, b_cols, ldb);
+      std::vector<float> wc =
+          beta != 0.0f ? widened(c, m, n, ldc) : std::vector<float>(static_cast<std::size_t>(m * n));
+      gemm(exec, ta, tb, m, n, k, alpha, wa.data(), a_cols, wb.data(), b_cols, beta, wc.data(), n);
+      for (std::int64_t r = 0; r < m; ++r)
+        for (std::int64_t j = 0; j < n; ++j) c[r * ldc + j] = round_to<C>(wc[static_cast<std::size_t>(r * n + j)]);
+    }
   }
 
   // One GEMM after another: BLAS threads each one, and a matrix's bits are those of the
   // same GEMM alone.
+  template <class A, class B, class C>
   static void gemm_strided_batched(const exec_type& exec, transpose ta, transpose tb, std::int64_t m, std::int64_t n,
-                                   std::int64_t k, float alpha, const float* a, std::int64_t lda, std::int64_t stride_a,
-                                   const float* b, std::int64_t ldb, std::int64_t stride_b, float beta, float* c,
+                                   std::int64_t k, float alpha, const A* a, std::int64_t lda, std::int64_t stride_a,
+                                   const B* b, std::int64_t ldb, std::int64_t stride_b, float beta, C* c,
                                    std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
     for (std::int64_t q = 0; q < batch; ++q)
       gemm(exec, ta, tb, m, n, k, alpha, a + q * stride_a, lda, b + q * stride_b, ldb, beta, c + q * stride_c, ldc);
@@ -235,8 +262,9 @@ struct ops<host> {
 
   // Repeated ids add into the same row, so threads split the columns, not the tokens:
   // every element is summed in token order whatever the thread count.
+  template <class S>
   static void scatter_add_rows(const exec_type&, std::int64_t n, std::int64_t d, std::int64_t lo, std::int64_t local,
-                               const float* ids, const float* src, float* out) {
+                               const float* ids, const S* src, float* out) {
     constexpr std::int64_t block = 64;
     const std::int64_t blocks = (d + block - 1) / block;
 #pragma omp parallel for schedule(static) if (n * d >= detail::parallel_threshold && blocks > 1)
@@ -246,26 +274,38 @@ struct ops<host> {
         const std::int64_t row = static_cast<std::int64_t>(ids[t]) - lo;
         if (row < 0 || row >= local) continue;
         float* o = out + row * d;
-        const float* s = src + t * d;
+        const S* s = src + t * d;
 #pragma omp simd
-        for (std::int64_t j = j0; j < j1; ++j) o[j] += s[j];
+        for (std::int64_t j = j0; j < j1; ++j) o[j] += static_cast<float>(s[j]);
       }
     }
   }
 
-  static void fill_zero(const exec_type&, float* p, std::int64_t n) {
-    if (n > 0) std::memset(p, 0, static_cast<std::size_t>(n) * sizeof(float));
+  template <class T>
+  static void fill_zero(const exec_type&, T* p, std::int64_t n) {
+    if (n > 0) std::memset(static_cast<void*>(p), 0, static_cast<std::size_t>(n) * sizeof(T));
   }
-  static void copy(const exec_type&, float* dst, const float* src, std::int64_t n) {
-    if (n > 0) std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(float));
+  template <class T>
+  static void copy(const exec_type&, T* dst, const T* src, std::int64_t n) {
+    if (n > 0) std::memcpy(static_cast<void*>(dst), src, static_cast<std::size_t>(n) * sizeof(T));
   }
-  static void broadcast_rows(const exec_type&, std::int64_t rows, std::int64_t cols, const float* row, float* out) {
+  template <class R, class T>
+  static void broadcast_rows(const exec_type&, std::int64_t rows, std::int64_t cols, const R* row, T* out) {
     detail::for_rows(rows, cols, [&](std::int64_t r) {
-      std::memcpy(out + r * cols, row, static_cast<std::size_t>(cols) * sizeof(float));
+      if constexpr (std::is_same_v<R, T>)
+        std::memcpy(static_cast<void*>(out + r * cols), row, static_cast<std::size_t>(cols) * sizeof(T));
+      else
+        for (std::int64_t j = 0; j < cols; ++j) out[r * cols + j] = round_to<T>(static_cast<float>(row[j]));
     });
   }
-  static void add_into(const exec_type&, std::int64_t n, float* a, const float* b) {
-    detail::elementwise(n, [=](std::int64_t i) { a[i] += b[i]; });
+  // a += b, in float (a 16-bit a rounds its sum once).
+  template <class T>
+  static void add_into(const exec_type&, std::int64_t n, T* a, const T* b) {
+    if constexpr (std::is_same_v<T, float>)
+      detail::elementwise(n, [=](std::int64_t i) { a[i] += b[i]; });
+    else
+      detail::elementwise(
+          n, [=](std::int64_t i) { a[i] = round_to<T>(static_cast<float>(a[i]) + static_cast<float>(b[i])); });
   }
 };
 

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../core/config.hpp"
+#include "../core/dtype.hpp"
 #include "host.hpp"
 #include "tensor.hpp"
 
@@ -120,6 +122,22 @@ executor<space_of<Ctx>> exec_of(Ctx& ctx) {
                   "strata: a context outside the host space must hand out its executor (ctx.exec())");
     return executor<host>{};
   }
+}
+
+namespace detail {
+template <class From, class To>
+struct convert_fn {
+  const From* src;
+  To* dst;
+  STRATA_HOST_DEVICE void operator()(std::int64_t i) const { dst[i] = round_to<To>(static_cast<float>(src[i])); }
+};
+}  // namespace detail
+
+// dst[i] = src[i] as To, for i in [0, n): a 16-bit value widens exactly, a float rounds
+// to nearest even (round_to).
+template <class Space, class From, class To>
+void convert(const executor<Space>& exec, std::int64_t n, const From* src, To* dst) {
+  ops_for<Space>::map(exec, n, detail::convert_fn<From, To>{src, dst});
 }
 
 // The deferred id checks a context carries (ctx.id_checks()), or none: each check waits.

@@ -68,14 +68,25 @@ struct context_member<Ctx, Default, Member> {
 };
 template <class Ctx>
 using space_type_of = typename Ctx::space_type;
+template <class Ctx>
+using activation_type_of = typename Ctx::activation_type;
 }  // namespace detail
 
 // The space a context computes in (its space_type; host for a minimal context without
-// one, such as a test's that only hands out targets), and the activation tensor of that
-// space: layers that run in more than one space take `const tensor_for<Ctx>& x`.
+// one, such as a test's that only hands out targets).
 template <class Ctx>
 using space_of = typename detail::context_member<Ctx, host, detail::space_type_of>::type;
+// The element type of the activations a context's layers pass (its activation_type):
+// float, or the 16-bit compute type of a mixed-precision GPU trainer.
 template <class Ctx>
-using tensor_for = tensor<float, space_of<Ctx>>;
+using activation_of = typename detail::context_member<Ctx, float, detail::activation_type_of>::type;
+// The activation tensor of a context: layers that run in more than one space and
+// precision take `const tensor_for<Ctx>& x`.
+template <class Ctx>
+using tensor_for = tensor<activation_of<Ctx>, space_of<Ctx>>;
+// A float tensor in the context's space, whatever its activations: token ids (exact in
+// float up to 2^24, in 16 bits only up to 256 or 2048), targets, and a loss's value.
+template <class Ctx>
+using float_tensor_for = tensor<float, space_of<Ctx>>;
 
 }  // namespace strata

@@ -8,15 +8,17 @@
 
 namespace strata {
 
-// Weight: the element type the layers read their params as (nn::weights_of): float, or
-// the 16-bit compute type of a mixed-precision GPU trainer, which keeps no fp32 copy of
-// its compute params.
-template <class Space, class Comm = world_comm, class Weight = float>
+// Compute: the element type the layers read their params as (nn::weights_of) and pass
+// activations in (tensor_for): float, or the 16-bit compute type of a mixed-precision
+// GPU trainer, which keeps no fp32 copy of its compute params and stores activations in
+// 16 bits.
+template <class Space, class Comm = world_comm, class Compute = float>
 class context {
  public:
   using space_type = Space;
   using comm_type = Comm;
-  using weight_type = Weight;
+  using weight_type = Compute;
+  using activation_type = Compute;
 
   // Targets of the micro-batch being computed: class ids as floats [B] for
   // cross-entropy, values [B, F] for mse.

@@ -5,15 +5,23 @@
 //
 // Threads split the (batch, key/value head) groups and each runs its group's GEMMs on one
 // thread, in a fixed order: the bits depend on neither the thread count nor the timing.
+//
+// q, k, v, the output and the gradients are of the activation type T (float, or 16-bit
+// in a host context that runs a mixed GPU trainer's layers). A block's scores and
+// probabilities stay float (host scratch: nothing reads them as 16-bit), and so do the
+// sums over blocks: a float T sums in place, a 16-bit T in float scratch that rounds
+// into it once at the end, not once per block.
 #pragma once
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "../../core/config.hpp"
+#include "../../core/dtype.hpp"
 #include "../../core/error.hpp"
 #include "../../core/math.hpp"
 #include "../../space/ops.hpp"
@@ -24,47 +32,64 @@ namespace strata::nn::detail {
 // row of q and k, and GEMMs this size run near BLAS's peak.
 inline constexpr std::int64_t attention_block = 64;
 
-// Where a (batch, query head) pair's matrices are (layout as attention_layout's).
-struct attention_pair {
-  const float *q, *k, *v;
-  std::int64_t ldq, ldkv, ldo;
-};
-
 // Thread-local scratch of at least n floats (reused by every block a thread runs).
 inline float* attention_scratch(std::size_t n, int slot) {
-  thread_local std::vector<float> buffers[3];
+  thread_local std::vector<float> buffers[6];
   std::vector<float>& b = buffers[slot];
   if (b.size() < n) b.resize(n);
   return b.data();
 }
 
+// Row r of dst (row stride ldd) = row r of float src (row stride lds), rounded to T: a
+// float sum into 16-bit activations, once.
+template <class T>
+struct round_rows_fn {
+  const float* src;
+  std::int64_t lds;
+  T* dst;
+  std::int64_t ldd, cols;
+  template <class Row>
+  STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
+    const float* a = src + r * lds;
+    T* o = dst + r * ldd;
+    row.for_each(cols, [&](std::int64_t j) { o[j] = round_to<T>(a[j]); });
+  }
+};
+
 // Forward of unit u = (b, h): out = softmax(scale q k^T, causal) v and lse, each row's
 // log of the softmax's denominator (with its max), for backward.
-template <class Ops, class Layout>
+template <class Ops, class Layout, class T = float>
 struct blocked_attention_forward_fn {
   typename Ops::exec_type exec;
   Layout l;
-  const float *q, *k, *v;
-  float *lse, *out;
+  const T *q, *k, *v;
+  float* lse;
+  T* out;
   float scale;
 
   template <class Row>
   STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t u) const {
+    constexpr bool in_place = std::is_same_v<T, float>;
     const std::int64_t b = u / l.H, h = u % l.H, S = l.S, hd = l.hd, ldo = l.ldo(), bs = attention_block;
-    const float* Q = q + b * S * l.ldq + h * l.q_head;
-    const float* K = k + b * S * l.ldkv + (h / l.group) * l.kv_head;
-    const float* V = v + b * S * l.ldkv + (h / l.group) * l.kv_head;
-    float* O = out + b * S * ldo + h * hd;
+    const T* Q = q + b * S * l.ldq + h * l.q_head;
+    const T* K = k + b * S * l.ldkv + (h / l.group) * l.kv_head;
+    const T* V = v + b * S * l.ldkv + (h / l.group) * l.kv_head;
+    T* O = out + b * S * ldo + h * hd;
     float* L = lse + u * S;
     float* s = attention_scratch(static_cast<std::size_t>(bs * bs), 0);
     float* m = attention_scratch(static_cast<std::size_t>(bs), 1);
+    // Where a query block's output is summed over key blocks, with row stride lda.
+    float* acc = in_place ? nullptr : attention_scratch(static_cast<std::size_t>(bs * hd), 2);
+    const std::int64_t lda = in_place ? ldo : hd;
     double sums[attention_block];
     for (std::int64_t i0 = 0; i0 < S; i0 += bs) {
       const std::int64_t nq = std::min(bs, S - i0);
+      float* A = acc;
+      if constexpr (in_place) A = O + i0 * ldo;
       for (std::int64_t r = 0; r < nq; ++r) {
         m[r] = -std::numeric_limits<float>::infinity();
         sums[r] = 0.0;
-        float* o = O + (i0 + r) * ldo;
+        float* o = A + r * lda;
         row.for_each(hd, [&](std::int64_t j) { o[j] = 0.0f; });
       }
       // Key blocks up to the block's last query (causal).
@@ -89,17 +114,17 @@ struct blocked_attention_forward_fn {
           sums[r] = sums[r] * alpha + row.sum(seen, [&](std::int64_t j) { return static_cast<double>(sr[j]); });
           m[r] = mn;
           if (alpha != 1.0f) {
-            float* o = O + (i0 + r) * ldo;
+            float* o = A + r * lda;
             row.for_each(hd, [&](std::int64_t j) { o[j] *= alpha; });
           }
         }
-        Ops::gemm(exec, transpose::no, transpose::no, nq, hd, nk, 1.0f, s, nk, V + j0 * l.ldkv, l.ldkv, 1.0f,
-                  O + i0 * ldo, ldo);
+        Ops::gemm(exec, transpose::no, transpose::no, nq, hd, nk, 1.0f, s, nk, V + j0 * l.ldkv, l.ldkv, 1.0f, A, lda);
       }
       for (std::int64_t r = 0; r < nq; ++r) {
         const float inv = static_cast<float>(1.0 / sums[r]);
-        float* o = O + (i0 + r) * ldo;
-        row.for_each(hd, [&](std::int64_t j) { o[j] *= inv; });
+        const float* a = A + r * lda;
+        T* o = O + (i0 + r) * ldo;  // a itself when T is float
+        row.for_each(hd, [&](std::int64_t j) { o[j] = round_to<T>(a[j] * inv); });
         L[i0 + r] = static_cast<float>(static_cast<double>(m[r]) + std::log(sums[r]));
       }
     }
@@ -108,42 +133,58 @@ struct blocked_attention_forward_fn {
 
 // Backward of unit u = (b, key/value head g): the group's query heads in order, each
 // adding into the head's dk and dv. dq, dk, dv are laid out like q, k, v.
-template <class Ops, class Layout>
+template <class Ops, class Layout, class T = float>
 struct blocked_attention_backward_fn {
   typename Ops::exec_type exec;
   Layout l;
-  const float *q, *k, *v, *lse, *out, *d_out;
-  float *dq, *dk, *dv;
+  const T *q, *k, *v;
+  const float* lse;
+  const T *out, *d_out;
+  T *dq, *dk, *dv;
   float scale;
   std::int64_t kv_heads;
 
   template <class Row>
   STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t u) const {
+    constexpr bool in_place = std::is_same_v<T, float>;
     const std::int64_t b = u / kv_heads, g = u % kv_heads, S = l.S, hd = l.hd, ldo = l.ldo(), bs = attention_block;
     const std::int64_t kv = b * S * l.ldkv + g * l.kv_head;
-    const float *K = k + kv, *V = v + kv;
-    float *dK = dk + kv, *dV = dv + kv;
+    const T *K = k + kv, *V = v + kv;
+    T *dK = dk + kv, *dV = dv + kv;
+    // Where dk and dv are summed over the group's heads and the query blocks (row stride
+    // ldg), and a query block's dq over the key blocks (row stride ldgq).
+    float *gK = nullptr, *gV = nullptr, *gq = nullptr;
+    if constexpr (in_place) {
+      gK = dK, gV = dV;
+    } else {
+      gK = attention_scratch(static_cast<std::size_t>(S * hd), 3);
+      gV = attention_scratch(static_cast<std::size_t>(S * hd), 4);
+      gq = attention_scratch(static_cast<std::size_t>(bs * hd), 5);
+    }
+    const std::int64_t ldg = in_place ? l.ldkv : hd, ldgq = in_place ? l.ldq : hd;
     for (std::int64_t t = 0; t < S; ++t) {
-      float* a = dK + t * l.ldkv;
-      float* c = dV + t * l.ldkv;
+      float* a = gK + t * ldg;
+      float* c = gV + t * ldg;
       row.for_each(hd, [&](std::int64_t j) { a[j] = 0.0f, c[j] = 0.0f; });
     }
     float* p = attention_scratch(static_cast<std::size_t>(bs * bs), 0);
     float* dp = attention_scratch(static_cast<std::size_t>(bs * bs), 1);
     float* D = attention_scratch(static_cast<std::size_t>(S), 2);
     for (std::int64_t h = g * l.group; h < (g + 1) * l.group; ++h) {
-      const float* Q = q + b * S * l.ldq + h * l.q_head;
-      float* dQ = dq + b * S * l.ldq + h * l.q_head;
-      const float* O = out + b * S * ldo + h * hd;
-      const float* dO = d_out + b * S * ldo + h * hd;
+      const T* Q = q + b * S * l.ldq + h * l.q_head;
+      T* dQ = dq + b * S * l.ldq + h * l.q_head;
+      const T* O = out + b * S * ldo + h * hd;
+      const T* dO = d_out + b * S * ldo + h * hd;
       const float* L = lse + (b * l.H + h) * S;
       // D_i = rowsum(dO_i o O_i), which is rowsum(P_i o dP_i): the softmax's backward term.
       for (std::int64_t t = 0; t < S; ++t) {
-        const float *o = O + t * ldo, *d = dO + t * ldo;
-        D[t] = static_cast<float>(row.sum(hd, [&](std::int64_t j) { return static_cast<double>(o[j]) * d[j]; }));
+        const T *o = O + t * ldo, *d = dO + t * ldo;
+        D[t] = static_cast<float>(
+            row.sum(hd, [&](std::int64_t j) { return static_cast<double>(o[j]) * static_cast<float>(d[j]); }));
       }
       for (std::int64_t i0 = 0; i0 < S; i0 += bs) {
         const std::int64_t nq = std::min(bs, S - i0);
+        if constexpr (in_place) gq = dQ + i0 * l.ldq;
         for (std::int64_t j0 = 0; j0 < i0 + nq; j0 += bs) {
           const std::int64_t nk = std::min(bs, i0 + nq - j0);
           // P = exp(scale q k^T - lse), causal; dP = dO v^T.
@@ -164,12 +205,23 @@ struct blocked_attention_backward_fn {
           }
           // dV += P^T dO; dQ (+)= scale dS K; dK += scale dS^T Q.
           Ops::gemm(exec, transpose::yes, transpose::no, nk, hd, nq, 1.0f, p, nk, dO + i0 * ldo, ldo, 1.0f,
-                    dV + j0 * l.ldkv, l.ldkv);
+                    gV + j0 * ldg, ldg);
           Ops::gemm(exec, transpose::no, transpose::no, nq, hd, nk, scale, dp, nk, K + j0 * l.ldkv, l.ldkv,
-                    j0 == 0 ? 0.0f : 1.0f, dQ + i0 * l.ldq, l.ldq);
+                    j0 == 0 ? 0.0f : 1.0f, gq, ldgq);
           Ops::gemm(exec, transpose::yes, transpose::no, nk, hd, nq, scale, dp, nk, Q + i0 * l.ldq, l.ldq, 1.0f,
-                    dK + j0 * l.ldkv, l.ldkv);
+                    gK + j0 * ldg, ldg);
         }
+        if constexpr (!in_place) {
+          const round_rows_fn<T> round_q{gq, hd, dQ + i0 * l.ldq, l.ldq, hd};
+          for (std::int64_t r = 0; r < nq; ++r) round_q(row, r);
+        }
+      }
+    }
+    if constexpr (!in_place) {
+      const round_rows_fn<T> round_k{gK, hd, dK, l.ldkv, hd}, round_v{gV, hd, dV, l.ldkv, hd};
+      for (std::int64_t t = 0; t < S; ++t) {
+        round_k(row, t);
+        round_v(row, t);
       }
     }
   }

@@ -61,10 +61,9 @@ void require_grad(const P& p, std::string_view kind, const std::string& owner, s
       [&] { return strata::cat(label(kind, owner), ": ", what, " has no gradient storage bound"); }, loc);
 }
 
-template <class Space>
-void require_features(const tensor<float, Space>& x, std::int64_t features, std::string_view kind,
-                      const std::string& owner, std::string_view param_kind,
-                      const std::source_location loc = std::source_location::current()) {
+template <class T, class Space>
+void require_features(const tensor<T, Space>& x, std::int64_t features, std::string_view kind, const std::string& owner,
+                      std::string_view param_kind, const std::source_location loc = std::source_location::current()) {
   expects<config_error>(
       x.shape().rank != 0,
       [&] { return strata::cat(label(kind, owner), ": input is a scalar (rank 0), expected [..., ", features, "]"); },
@@ -89,8 +88,8 @@ inline void require_distinct(const void* in, const void* out, std::string_view k
       loc);
 }
 
-template <class Space>
-void require_dy(const tensor<float, Space>& dy, const strata::shape& expected, std::string_view kind,
+template <class T, class Space>
+void require_dy(const tensor<T, Space>& dy, const strata::shape& expected, std::string_view kind,
                 const std::string& owner, const std::source_location loc = std::source_location::current()) {
   expects<config_error>(
       dy.shape() == expected,

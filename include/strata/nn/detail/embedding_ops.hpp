@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "../../core/config.hpp"
+#include "../../core/dtype.hpp"
 #include "../../core/error.hpp"
 #include "../../model/param.hpp"
 #include "../../space/ops.hpp"
@@ -15,22 +16,23 @@
 namespace strata::nn::detail {
 
 // y[t, :] = the table's row for ids[t], zeros for an id another rank holds. The ids have
-// been checked to be whole numbers in range.
-template <class W = float>
+// been checked to be whole numbers in range. Rows of the weight type W are written as the
+// activation type T (exact when they are the same type, as in a mixed GPU trainer).
+template <class W = float, class T = float>
 struct gather_rows_fn {
   const float* ids;
   const W* w;
-  float* y;
+  T* y;
   std::int64_t d, lo, local;
   template <class Row>
   STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t t) const {
     const std::int64_t r = static_cast<std::int64_t>(ids[t]) - lo;
-    float* yt = y + t * d;
+    T* yt = y + t * d;
     if (r >= 0 && r < local) {
       const W* wr = w + r * d;
-      row.for_each(d, [&](std::int64_t j) { yt[j] = static_cast<float>(wr[j]); });
+      row.for_each(d, [&](std::int64_t j) { yt[j] = round_to<T>(static_cast<float>(wr[j])); });
     } else {
-      row.for_each(d, [&](std::int64_t j) { yt[j] = 0.0f; });
+      row.for_each(d, [&](std::int64_t j) { yt[j] = round_to<T>(0.0f); });
     }
   }
 };
@@ -41,10 +43,11 @@ struct table_rows {
 };
 
 // An embedding's forward once its params are checked: ids [B] or [B, S] (rank 1 to 3),
-// whole numbers in [0, vocab) -> y [..., dim] (zeros for rows the table does not hold).
+// whole numbers in [0, vocab), as floats whatever the activations -> y [..., dim] of
+// the context's activations (zeros for rows the table does not hold).
 template <class Ctx>
-void lookup(Ctx& ctx, std::string_view kind, const param<float>& weight, table_rows rows, const tensor_for<Ctx>& ids,
-            tensor_for<Ctx>& y, tensor<unsigned long long, space_of<Ctx>>& scratch) {
+void lookup(Ctx& ctx, std::string_view kind, const param<float>& weight, table_rows rows,
+            const float_tensor_for<Ctx>& ids, tensor_for<Ctx>& y, tensor<unsigned long long, space_of<Ctx>>& scratch) {
   require_distinct(&ids, &y, kind, weight.name);
   const auto& s = ids.shape();
   expects<config_error>(s.rank != 0 && s.rank < shape::max_rank, [&] {
@@ -59,17 +62,17 @@ void lookup(Ctx& ctx, std::string_view kind, const param<float>& weight, table_r
   shape out = s;
   out[out.rank++] = d;
   y.resize(out);
-  ops_of<Ctx>::rows(
-      exec_of(ctx), n, d,
-      gather_rows_fn<weight_of<Ctx>>{ids.data(), weights_of<Ctx>(weight), y.data(), d, rows.lo, rows.local});
+  ops_of<Ctx>::rows(exec_of(ctx), n, d,
+                    gather_rows_fn<weight_of<Ctx>, activation_of<Ctx>>{ids.data(), weights_of<Ctx>(weight), y.data(), d,
+                                                                       rows.lo, rows.local});
 }
 
 // Its backward: grad[id - lo] += dy row for each token whose id the table holds, in token
-// order; dx is the gradient for the ids, which are not differentiable: zeros of the ids'
-// shape.
+// order (float gradients, dy widened from the context's activations); dx is the gradient
+// for the ids, which are not differentiable: float zeros of the ids' shape.
 template <class Ctx>
-void lookup_grad(Ctx& ctx, std::string_view kind, param<float>& weight, table_rows rows, const tensor_for<Ctx>& ids,
-                 const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx) {
+void lookup_grad(Ctx& ctx, std::string_view kind, param<float>& weight, table_rows rows,
+                 const float_tensor_for<Ctx>& ids, const tensor_for<Ctx>& dy, float_tensor_for<Ctx>& dx) {
   require_grad(weight, kind, weight.name, "weight");
   const std::int64_t d = weight.shape[1];
   shape out = ids.shape();

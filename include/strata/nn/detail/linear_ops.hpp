@@ -4,38 +4,45 @@
 #include <cstdint>
 
 #include "../../core/config.hpp"
+#include "../../core/dtype.hpp"
 #include "../../space/ops.hpp"
 #include "../context.hpp"
 
 namespace strata::nn::detail {
 
-// src[i, j] of a row-major [rows, cols] matrix: the term of a plain column sum.
+// src[i, j] of a row-major [rows, cols] matrix (float or 16-bit): the term of a plain
+// column sum.
+template <class T = float>
 struct matrix_term {
-  const float* src;
+  const T* src;
   std::int64_t cols;
-  STRATA_HOST_DEVICE float operator()(std::int64_t i, std::int64_t j) const { return src[i * cols + j]; }
+  STRATA_HOST_DEVICE float operator()(std::int64_t i, std::int64_t j) const {
+    return static_cast<float>(src[i * cols + j]);
+  }
 };
 
-// y[r, :] = x[r, :] + row for every r (x may be y); row of the weight type W.
-template <class W = float>
+// y[r, :] = x[r, :] + row for every r (x may be y); row of the weight type W, x and y
+// of the activation type T (the sum in float, rounded once).
+template <class W = float, class T = float>
 struct add_row_fn {
-  const float* x;
+  const T* x;
   const W* row;
-  float* y;
+  T* y;
   std::int64_t cols;
   template <class Row>
   STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& r, std::int64_t i) const {
-    const float* xi = x + i * cols;
-    float* yi = y + i * cols;
-    r.for_each(cols, [&](std::int64_t j) { yi[j] = xi[j] + static_cast<float>(row[j]); });
+    const T* xi = x + i * cols;
+    T* yi = y + i * cols;
+    r.for_each(cols,
+               [&](std::int64_t j) { yi[j] = round_to<T>(static_cast<float>(xi[j]) + static_cast<float>(row[j])); });
   }
 };
 
 // y[rows, out] = x[rows, in] W[out, in]^T (+ b[out] when b is not null); W and b as the
-// context stores weights (nn::weights_of).
-template <class Ctx>
-void linear_forward(Ctx& ctx, const float* x, std::int64_t rows, std::int64_t in, const weight_of<Ctx>* w,
-                    std::int64_t out, const weight_of<Ctx>* b, float* y) {
+// context stores weights (nn::weights_of), x and y as it passes activations.
+template <class Ctx, class T>
+void linear_forward(Ctx& ctx, const T* x, std::int64_t rows, std::int64_t in, const weight_of<Ctx>* w, std::int64_t out,
+                    const weight_of<Ctx>* b, T* y) {
   using ops = ops_of<Ctx>;
   const auto exec = exec_of(ctx);
   // Broadcasting b into y and letting the GEMM add onto it (beta = 1) saves a pass.
@@ -44,27 +51,28 @@ void linear_forward(Ctx& ctx, const float* x, std::int64_t rows, std::int64_t in
 }
 
 // dx[rows, in] = dy[rows, out] W[out, in].
-template <class Ctx>
-void linear_input_grad(Ctx& ctx, const float* dy, std::int64_t rows, std::int64_t out, const weight_of<Ctx>* w,
-                       std::int64_t in, float* dx) {
+template <class Ctx, class T>
+void linear_input_grad(Ctx& ctx, const T* dy, std::int64_t rows, std::int64_t out, const weight_of<Ctx>* w,
+                       std::int64_t in, T* dx) {
   ops_of<Ctx>::gemm(exec_of(ctx), transpose::no, transpose::no, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
 }
 
-// gw[out, in] += dy^T x; gb[out] += column sums of dy (when gb is not null).
-template <class Ctx>
-void linear_param_grads(Ctx& ctx, const float* dy, const float* x, std::int64_t rows, std::int64_t out, std::int64_t in,
+// gw[out, in] += dy^T x; gb[out] += column sums of dy (when gb is not null). The
+// gradients are float whatever the activations.
+template <class Ctx, class T>
+void linear_param_grads(Ctx& ctx, const T* dy, const T* x, std::int64_t rows, std::int64_t out, std::int64_t in,
                         float* gw, float* gb) {
   using ops = ops_of<Ctx>;
   const auto exec = exec_of(ctx);
   ops::gemm(exec, transpose::yes, transpose::no, out, in, rows, 1.0f, dy, out, x, in, 1.0f, gw, in);
-  if (gb) ops::add_column_sums(exec, rows, out, matrix_term{dy, out}, gb);
+  if (gb) ops::add_column_sums(exec, rows, out, matrix_term<T>{dy, out}, gb);
 }
 
 // y[rows, cols] += row[cols] (a row-parallel bias once the partial products are summed;
 // a position table).
-template <class Ctx>
-void add_rows(Ctx& ctx, std::int64_t rows, std::int64_t cols, const float* x, const weight_of<Ctx>* row, float* y) {
-  ops_of<Ctx>::rows(exec_of(ctx), rows, cols, add_row_fn<weight_of<Ctx>>{x, row, y, cols});
+template <class Ctx, class T>
+void add_rows(Ctx& ctx, std::int64_t rows, std::int64_t cols, const T* x, const weight_of<Ctx>* row, T* y) {
+  ops_of<Ctx>::rows(exec_of(ctx), rows, cols, add_row_fn<weight_of<Ctx>, T>{x, row, y, cols});
 }
 
 }  // namespace strata::nn::detail

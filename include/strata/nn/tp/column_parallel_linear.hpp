@@ -15,29 +15,31 @@ namespace strata::nn {
 
 namespace detail {
 // blocks[p][rows][cols] (what all_gather returns) -> y[rows][p cols]: row r of y is the
-// ranks' rows r side by side.
+// ranks' rows r side by side. Copies of T (float or 16-bit activations).
+template <class T = float>
 struct concat_blocks_fn {
-  const float* blocks;
-  float* y;
+  const T* blocks;
+  T* y;
   std::int64_t p, rows, cols;
   template <class Row>
   STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
     for (std::int64_t k = 0; k < p; ++k) {
-      const float* src = blocks + (k * rows + r) * cols;
-      float* dst = y + (r * p + k) * cols;
+      const T* src = blocks + (k * rows + r) * cols;
+      T* dst = y + (r * p + k) * cols;
       row.for_each(cols, [&](std::int64_t j) { dst[j] = src[j]; });
     }
   }
 };
 // Columns [k cols, (k + 1) cols) of y[rows][p cols] -> out[rows][cols].
+template <class T = float>
 struct take_block_fn {
-  const float* y;
-  float* out;
+  const T* y;
+  T* out;
   std::int64_t p, k, cols;
   template <class Row>
   STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
-    const float* yr = y + r * p * cols + k * cols;
-    float* o = out + r * cols;
+    const T* yr = y + r * p * cols + k * cols;
+    T* o = out + r * cols;
     row.for_each(cols, [&](std::int64_t j) { o[j] = yr[j]; });
   }
 };
@@ -46,19 +48,20 @@ struct take_block_fn {
 // Rank r holds rows [r out/T, (r+1) out/T) of the full [out, in] weight and the same
 // slice of the bias. The input is whole on every rank; the output is this rank's slice of
 // the features, or, with gather_output, all of them. Backward all-reduces dx (Megatron's
-// "f"), overlapped with the weight-grad GEMM.
+// "f"), overlapped with the weight-grad GEMM. Activations, their gradients and what the
+// collectives move are the context's activation type (16 bits in a mixed GPU trainer).
 struct column_parallel_linear {
   param<float> weight;  // [out/T, in]
   param<float> bias;    // [out/T], or [0] without bias
   bool gather_output = false;
   int tp_rank = 0, tp_size = 1;
 
-  template <class Space = host>
+  template <class Space = host, class Act = float>
   struct cache {
-    const tensor<float, Space>* x = nullptr;  // the input, kept alive by the trainer until backward
-    tensor<float, Space> local;               // with gather_output: this rank's slice of y
-    tensor<float, Space> gathered;            // [T, rows, out/T] as all_gather leaves it
-    tensor<float, Space> dy_local;            // with gather_output: this rank's slice of dy
+    const tensor<Act, Space>* x = nullptr;  // the input, kept alive by the trainer until backward
+    tensor<Act, Space> local;               // with gather_output: this rank's slice of y
+    tensor<Act, Space> gathered;            // [T, rows, out/T] as all_gather leaves it
+    tensor<Act, Space> dy_local;            // with gather_output: this rank's slice of dy
   };
 
   std::int64_t in_features() const noexcept { return weight.shape[1]; }
@@ -67,7 +70,8 @@ struct column_parallel_linear {
   bool has_bias() const noexcept { return bias.numel() != 0; }
 
   template <class Ctx>
-  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
+  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y,
+               cache<space_of<Ctx>, activation_of<Ctx>>& c) const {
     const bool dist = detail::tp_active(ctx, tp_size, kind, weight.name);
     check_params();
     const std::int64_t in = in_features(), out_l = local_out_features();
@@ -82,8 +86,9 @@ struct column_parallel_linear {
       c.gathered.resize(detail::vector_shape(rows * out_l * tp_size));
       detail::tp_all_gather(ctx, c.local.span(), c.gathered.span());
       y.resize(detail::with_last(x.shape(), out_features()));
-      ops_of<Ctx>::rows(exec_of(ctx), rows, out_l * tp_size,
-                        detail::concat_blocks_fn{c.gathered.data(), y.data(), tp_size, rows, out_l});
+      ops_of<Ctx>::rows(
+          exec_of(ctx), rows, out_l * tp_size,
+          detail::concat_blocks_fn<activation_of<Ctx>>{c.gathered.data(), y.data(), tp_size, rows, out_l});
     } else {
       y.resize(detail::with_last(x.shape(), out_l));
       detail::linear_forward(ctx, x.data(), rows, in, w, out_l, b, y.data());
@@ -92,7 +97,7 @@ struct column_parallel_linear {
   }
 
   template <class Ctx>
-  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>, activation_of<Ctx>>& c) {
     const bool dist = detail::tp_active(ctx, tp_size, kind, weight.name);
     detail::require_forward_ran(c.x, kind, weight.name);
     check_params();
@@ -104,18 +109,21 @@ struct column_parallel_linear {
     detail::require_dy(dy, detail::with_last(x.shape(), gathered ? out_features() : out_l), kind, weight.name);
     detail::require_distinct(&dy, &dx, kind, weight.name);
     const std::int64_t rows = detail::rows_of(x.shape());
-    const float* g = dy.data();
+    const activation_of<Ctx>* g = dy.data();
     if (gathered) {
       c.dy_local.resize(detail::with_last(x.shape(), out_l));
-      ops_of<Ctx>::rows(exec_of(ctx), rows, out_l,
-                        detail::take_block_fn{dy.data(), c.dy_local.data(), tp_size, tp_rank, out_l});
+      ops_of<Ctx>::rows(
+          exec_of(ctx), rows, out_l,
+          detail::take_block_fn<activation_of<Ctx>>{dy.data(), c.dy_local.data(), tp_size, tp_rank, out_l});
       g = c.dy_local.data();
     }
     dx.resize(x.shape());
     detail::linear_input_grad(ctx, g, rows, out_l, weights_of<Ctx>(weight), in, dx.data());
     // Each rank's dx is the contribution of its output slice: the sum is the full dx.
     // The all-reduce runs on the communicator's lane (NCCL: its stream) while the
-    // weight-grad GEMM runs here (on the compute stream).
+    // weight-grad GEMM runs here (on the compute stream). It sums in the activation type,
+    // as Megatron all-reduces bf16 input gradients: half the traffic of float partials and
+    // no float buffer, for one rounding per rank added.
     request pending = dist ? detail::tp_all_reduce_async(ctx, dx.span()) : request{};
     detail::linear_param_grads(ctx, g, x.data(), rows, out_l, in, weight.grad(), has_bias() ? bias.grad() : nullptr);
     pending.wait();

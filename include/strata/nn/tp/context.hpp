@@ -80,7 +80,8 @@ bool tp_active(Ctx& ctx, int tp_size, std::string_view kind, const std::string& 
 }
 
 // Collectives over ctx.tp(), only reached after tp_active() returned true (so a context
-// without tp() never gets here at run time, and these compile for it as no-ops).
+// without tp() never gets here at run time, and these compile for it as no-ops). T is
+// any element type the communicators take: float, double, or the 16-bit activations.
 template <class Ctx, class T>
 void tp_all_reduce(Ctx& ctx, std::span<T> data, reduce_op op = reduce_op::sum) {
   if constexpr (tp_context<Ctx>) ctx.tp().all_reduce(data, op);
@@ -92,8 +93,8 @@ request tp_all_reduce_async(Ctx& ctx, std::span<T> data, reduce_op op = reduce_o
   else
     return request{};
 }
-template <class Ctx>
-void tp_all_gather(Ctx& ctx, std::span<const float> in, std::span<float> out) {
+template <class Ctx, class T>
+void tp_all_gather(Ctx& ctx, std::type_identity_t<std::span<const T>> in, std::span<T> out) {
   if constexpr (tp_context<Ctx>) ctx.tp().all_gather(in, out);
 }
 

@@ -18,15 +18,17 @@ namespace strata::nn {
 // nothing; the count is rows or the trainer's, as in softmax_cross_entropy). Forward all-reduces the row
 // maxima, then the sums of exponentials with the target logits (one packed all-reduce);
 // backward is local: dx = dy[0] / count * (softmax - onehot) on this rank's columns. With
-// tp_size 1 it gives nn::softmax_cross_entropy's bits.
+// tp_size 1 it gives nn::softmax_cross_entropy's bits. The logits (and their gradient) are
+// the context's activations; the per-row statistics, their all-reduces, the targets and
+// the loss stay float (double for the sums) whatever those are.
 struct vocab_parallel_cross_entropy {
   // A trainer counts this loss's labels (see detail::label_count).
   static constexpr bool counts_labels = true;
   std::int64_t vocab = 0;  // the full vocabulary
   int tp_rank = 0, tp_size = 1;
 
-  template <class Space = host>
-  struct cache : detail::cross_entropy_cache<Space> {
+  template <class Space = host, class Act = float>
+  struct cache : detail::cross_entropy_cache<Space, Act> {
     tensor<double, Space> sums;  // [2 rows]: sum of exp(x - m), then the target logit
   };
 
@@ -36,9 +38,10 @@ struct vocab_parallel_cross_entropy {
   // logits [..., V/T] (this rank's columns) and ctx.targets() of the leading shape,
   // holding ids in [0, V) -> y [1] = mean loss over rows, the same on every rank.
   template <targets_context Ctx>
-  void forward(Ctx& ctx, const tensor_for<Ctx>& logits, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
+  void forward(Ctx& ctx, const tensor_for<Ctx>& logits, float_tensor_for<Ctx>& y,
+               cache<space_of<Ctx>, activation_of<Ctx>>& c) const {
     const bool dist = detail::tp_active(ctx, tp_size, kind, std::string());
-    const tensor_for<Ctx>& targets = ctx.targets();
+    const float_tensor_for<Ctx>& targets = ctx.targets();
     detail::require_distinct(&logits, &y, kind, std::string());
     const std::int64_t classes = local_vocab(), lo = vocab_begin();
     detail::require_features(logits, classes, kind, std::string(), "this rank's vocabulary slice");
@@ -65,12 +68,13 @@ struct vocab_parallel_cross_entropy {
     c.row_loss.resize(detail::vector_shape(rows));
     y.resize(detail::vector_shape(1));
     ops::rows(exec, rows, classes,
-              detail::vocab_max_rows_fn{logits.data(), targets.data(), c.row_max.data(), c.target.data(), classes});
+              detail::vocab_max_rows_fn<activation_of<Ctx>>{logits.data(), targets.data(), c.row_max.data(),
+                                                            c.target.data(), classes});
     // Subtracting the global row max keeps every exp in (0, 1] on every rank.
     if (dist) detail::tp_all_reduce(ctx, c.row_max.span(), reduce_op::max);
-    ops::rows(
-        exec, rows, classes,
-        detail::vocab_sum_rows_fn{logits.data(), c.row_max.data(), c.target.data(), c.sums.data(), rows, classes, lo});
+    ops::rows(exec, rows, classes,
+              detail::vocab_sum_rows_fn<activation_of<Ctx>>{logits.data(), c.row_max.data(), c.target.data(),
+                                                            c.sums.data(), rows, classes, lo});
     if (dist) detail::tp_all_reduce(ctx, c.sums.span());
     ops::map(exec, rows,
              detail::vocab_finish_fn{c.row_max.data(), c.sums.data(), c.target.data(), c.log_sum.data(),
@@ -81,7 +85,8 @@ struct vocab_parallel_cross_entropy {
   }
 
   template <class Ctx>
-  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
+  void backward(Ctx& ctx, const float_tensor_for<Ctx>& dy, tensor_for<Ctx>& dx,
+                cache<space_of<Ctx>, activation_of<Ctx>>& c) {
     (void)detail::tp_active(ctx, tp_size, kind, std::string());
     detail::require_forward_ran(c.logits, kind, std::string());
     detail::require_dy(dy, detail::vector_shape(1), kind, std::string());
@@ -90,8 +95,9 @@ struct vocab_parallel_cross_entropy {
     const std::int64_t classes = local_vocab(), lo = vocab_begin(), rows = detail::rows_of(x.shape());
     dx.resize(x.shape());
     ops_of<Ctx>::rows(exec_of(ctx), rows, classes,
-                      detail::softmax_grad_rows_fn{x.data(), c.row_max.data(), c.log_sum.data(), c.target.data(),
-                                                   dy.data(), dx.data(), static_cast<float>(c.count), classes, lo});
+                      detail::softmax_grad_rows_fn<activation_of<Ctx>>{x.data(), c.row_max.data(), c.log_sum.data(),
+                                                                       c.target.data(), dy.data(), dx.data(),
+                                                                       static_cast<float>(c.count), classes, lo});
   }
 
  private:

@@ -14,12 +14,14 @@ namespace strata::nn {
 
 // Rank r holds ids [r V/T, (r+1) V/T). Each rank writes the rows of its ids and zeros for
 // the others; the all-reduce makes every rank's output the full lookup. Backward is local
-// (each rank's rows only).
+// (each rank's rows only). Ids are floats; the rows come out as the context's activations.
 struct vocab_parallel_embedding {
   param<float> weight;  // [V/T, dim]
   int tp_rank = 0, tp_size = 1;
 
-  template <class Space = host>
+  // Act is the context's activation type, taken like every layer's cache; nothing here
+  // depends on it (the ids are floats).
+  template <class Space = host, class Act = float>
   struct cache {
     const tensor<float, Space>* ids = nullptr;  // the input, kept alive by the trainer until backward
     // Where the ids are not readable by the host: [1], for the id check on the device.
@@ -33,20 +35,23 @@ struct vocab_parallel_embedding {
 
   // ids [B] or [B, S] (rank 1 to 3), whole numbers in [0, V) -> y [..., dim].
   template <class Ctx>
-  void forward(Ctx& ctx, const tensor_for<Ctx>& ids, tensor_for<Ctx>& y, cache<space_of<Ctx>>& c) const {
+  void forward(Ctx& ctx, const float_tensor_for<Ctx>& ids, tensor_for<Ctx>& y,
+               cache<space_of<Ctx>, activation_of<Ctx>>& c) const {
     const bool dist = detail::tp_active(ctx, tp_size, kind, weight.name);
     check_params();
     // Every tensor rank holds the same ids, so a bad one throws on all of them, before
     // the all-reduce.
     detail::lookup(ctx, kind, weight, {vocab(), vocab_begin(), local_vocab()}, ids, y, c.bad_id);
+    // Exact in any activation type: each element is one rank's value plus zeros.
     if (dist) detail::tp_all_reduce(ctx, y.span());
     c.ids = &ids;
   }
 
   // weight.grad[id - begin] += dy row for this rank's ids; dx is zeros of the ids' shape
-  // (ids are not differentiable).
+  // (ids are not differentiable, and are floats).
   template <class Ctx>
-  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>>& c) {
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, float_tensor_for<Ctx>& dx,
+                cache<space_of<Ctx>, activation_of<Ctx>>& c) {
     (void)detail::tp_active(ctx, tp_size, kind, weight.name);
     detail::require_forward_ran(c.ids, kind, weight.name);
     check_params();

@@ -32,7 +32,8 @@ class schedule_driver {
   using Space = typename Types::space_type;
   using comm_t = typename Types::comm_t;
   using ctx_t = typename Types::ctx_t;
-  using tensor_t = typename Types::tensor_t;
+  using tensor_t = tensor<float, Space>;
+  using slot_t = typename layer_entry<ctx_t>::slot_t;
 
  public:
   schedule_driver(typename Types::grid_t& grid, const trainer_options& opts, std::vector<layer_entry<ctx_t>>& table,
@@ -170,9 +171,10 @@ class schedule_driver {
     auto& acts = acts_[static_cast<std::size_t>(slot)];
     sends_[static_cast<std::size_t>(slot)].wait();  // the slot's output may still be on its way
     if (is_first_stage())
-      slice_rows(b.inputs, m, opts_.micro_batches, acts[0]);
-    else
-      idle_ += recv_tensor(*pp_fwd_, acts[0], pp_rank() - 1);
+      slice_rows(b.inputs, m, opts_.micro_batches, slot_written<float>(acts[0]));
+    else  // as this stage's first layer reads it (the previous stage sends that)
+      write_slot_as(acts[0], table_[first].reads_float,
+                    [&](auto& t) { idle_ += recv_tensor(*pp_fwd_, t, pp_rank() - 1); });
     if (is_last_stage()) {
       slice_rows(b.targets, m, opts_.micro_batches, mb_targets_);
       ctx_.set_targets(&mb_targets_);
@@ -185,23 +187,29 @@ class schedule_driver {
       table_[l].run_forward(ctx_, acts[l - first], acts[l - first + 1], static_cast<std::size_t>(slot));
     }
     if (is_last_stage()) {
-      expects(acts.back().numel() == 1, [&] {
+      const tensor_t& loss = slot_read<float>(acts.back(), ctx_.exec());
+      expects(loss.numel() == 1, [&] {
         return cat("strata::trainer: the model's last layer must be a loss layer producing one value; it produced ",
-                   acts.back().shape().str());
+                   loss.shape().str());
       });
-      dev_.eng->copy(loss_slots_.data() + m, acts.back().data(), 1);
-    } else
-      send_tensor(*pp_fwd_, acts.back(), pp_rank() + 1, sends_[static_cast<std::size_t>(slot)]);
+      dev_.eng->copy(loss_slots_.data() + m, loss.data(), 1);
+    } else {
+      read_slot_as(acts.back(), table_[end].reads_float, ctx_.exec(), [&](const auto& t) {
+        send_tensor(*pp_fwd_, t, pp_rank() + 1, sends_[static_cast<std::size_t>(slot)]);
+      });
+    }
   }
 
   void backward_micro_batch(int m, float dloss, bool first_backward) {
     const std::size_t first = params_.first_layer, end = params_.end_layer, nl = end - first;
     const int slot = slot_of_[static_cast<std::size_t>(m)];
     if (is_last_stage()) {
-      dacts_[nl].resize(shape{1});
-      dev_.eng->fill(dacts_[nl].data(), 1, dloss);
-    } else {
-      idle_ += recv_tensor(*pp_bwd_, dacts_[nl], pp_rank() + 1);
+      tensor_t& seed = slot_written<float>(dacts_[nl]);
+      seed.resize(shape{1});
+      dev_.eng->fill(seed.data(), 1, dloss);
+    } else {  // as this stage's last layer wrote its output
+      write_slot_as(dacts_[nl], table_[end - 1].writes_float,
+                    [&](auto& t) { idle_ += recv_tensor(*pp_bwd_, t, pp_rank() + 1); });
     }
     if (bwd_send_) bwd_send_->wait();  // dacts_[0] is about to be overwritten
     ctx_.set_micro_batch(m);
@@ -223,7 +231,8 @@ class schedule_driver {
     for (int s = 0; s < 2; ++s) reduce_.finish(s);
     if (!is_first_stage()) {
       if (!bwd_send_) bwd_send_.emplace();
-      send_tensor(*pp_bwd_, dacts_[0], pp_rank() - 1, *bwd_send_);
+      read_slot_as(dacts_[0], table_[first - 1].writes_float, ctx_.exec(),
+                   [&](const auto& t) { send_tensor(*pp_bwd_, t, pp_rank() - 1, *bwd_send_); });
     }
   }
 
@@ -236,11 +245,11 @@ class schedule_driver {
   grad_reducer<Types>& reduce_;
   param_gathers<Types>& gathers_;
   ctx_t ctx_;
-  buffer<float, Space> loss_slots_;          // the last stage's loss per micro-batch
-  std::vector<float> loss_host_;             // and its copy on the host
-  std::vector<float> labels_host_;           // a device batch's targets, to count labels
-  std::vector<std::vector<tensor_t>> acts_;  // [slot][layer boundary]
-  std::vector<tensor_t> dacts_;
+  buffer<float, Space> loss_slots_;        // the last stage's loss per micro-batch
+  std::vector<float> loss_host_;           // and its copy on the host
+  std::vector<float> labels_host_;         // a device batch's targets, to count labels
+  std::vector<std::vector<slot_t>> acts_;  // [slot][layer boundary]
+  std::vector<slot_t> dacts_;
   std::vector<pending_send> sends_;  // per slot: its output on the way forward
   std::optional<pending_send> bwd_send_;
   std::vector<int> slot_of_;
@@ -248,7 +257,7 @@ class schedule_driver {
   std::vector<pipeline_action> actions_;
   std::optional<comm_t> pp_fwd_, pp_bwd_;
   tensor_t mb_targets_;
-  tensor_t recomputed_;  // a recomputed layer's output again (equal to the kept one)
+  slot_t recomputed_;  // a recomputed layer's output again (equal to the kept one)
   double idle_ = 0;
 };
 

@@ -26,18 +26,18 @@ struct pending_send {
   }
 };
 
-template <class Comm, class Space>
-void send_tensor(Comm& c, const tensor<float, Space>& t, int peer, pending_send& out) {
+template <class Comm, class T, class Space>
+void send_tensor(Comm& c, const tensor<T, Space>& t, int peer, pending_send& out) {
   out.wait();  // the slot's previous send has left
   out.header[0] = static_cast<std::int64_t>(t.shape().rank);
   for (std::size_t d = 0; d < shape::max_rank; ++d) out.header[1 + d] = d < t.shape().rank ? t.shape()[d] : 0;
   out.head = c.send_async(std::span<const std::int64_t>(out.header), peer, 0);
-  out.body = c.send_async(std::span<const float>(t.data(), t.numel()), peer, 0);
+  out.body = c.send_async(std::span<const T>(t.data(), t.numel()), peer, 0);
 }
 
 // Receives into t; returns the seconds spent waiting (the stage's idle time).
-template <class Comm, class Space>
-double recv_tensor(Comm& c, tensor<float, Space>& t, int peer) {
+template <class Comm, class T, class Space>
+double recv_tensor(Comm& c, tensor<T, Space>& t, int peer) {
   const auto t0 = std::chrono::steady_clock::now();
   shape_header h{};
   c.recv(std::span<std::int64_t>(h), peer, 0);
@@ -48,7 +48,7 @@ double recv_tensor(Comm& c, tensor<float, Space>& t, int peer) {
   s.rank = static_cast<std::size_t>(h[0]);
   for (std::size_t d = 0; d < s.rank; ++d) s.dims[d] = h[1 + d];
   t.resize(s);
-  c.recv(std::span<float>(t.data(), t.numel()), peer, 0);
+  c.recv(std::span<T>(t.data(), t.numel()), peer, 0);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

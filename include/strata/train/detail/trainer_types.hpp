@@ -32,8 +32,8 @@ struct trainer_types {
   // mixed precision: half the bytes, gathered as 16 bits, read by tensor cores); on the
   // host float holding the rounded values, since BLAS multiplies floats.
   using param_t = std::conditional_t<on_host, float, compute_t>;
+  // Layers read params and pass activations in param_t (see context.hpp).
   using ctx_t = context<Space, dev_comm_t, param_t>;
-  using tensor_t = tensor<float, Space>;
   using opt_space = std::conditional_t<Offload, typename offload_space<Space>::type, Space>;
   using state_t = sharded_state<compute_t, Space, opt_space, param_t>;
   static constexpr int stage = Stage;
