@@ -301,11 +301,8 @@ struct ops<host> {
   // a += b, in float (a 16-bit a rounds its sum once).
   template <class T>
   static void add_into(const exec_type&, std::int64_t n, T* a, const T* b) {
-    if constexpr (std::is_same_v<T, float>)
-      detail::elementwise(n, [=](std::int64_t i) { a[i] += b[i]; });
-    else
-      detail::elementwise(
-          n, [=](std::int64_t i) { a[i] = round_to<T>(static_cast<float>(a[i]) + static_cast<float>(b[i])); });
+    detail::elementwise(
+        n, [=](std::int64_t i) { a[i] = round_to<T>(static_cast<float>(a[i]) + static_cast<float>(b[i])); });
   }
 };
 
