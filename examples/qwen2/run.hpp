@@ -115,10 +115,10 @@ int run(const run_args& a) {
   };
 
   const double tokens_per_step = static_cast<double>(a.lo.batch) * static_cast<double>(o.seq);
-  // A tied head is a param of its own here, but one matrix of the model's count.
+  // The input embedding is a lookup, no FLOPs; the head (a param of its own here, tied or
+  // not) is a product and counts.
   const auto& m = o.model;
-  const double params = examples::full_param_count(tr) -
-                        (m.tie_word_embeddings ? static_cast<double>(m.vocab_size) * m.hidden_size : 0.0);
+  const double params = examples::full_param_count(tr) - static_cast<double>(m.vocab_size) * m.hidden_size;
   const double seq = static_cast<double>(o.seq);
   const auto r = examples::train_loop(
       tr, a.lo, rank, seq * train_flops_per_token(params, m.num_hidden_layers, m.hidden_size, seq),

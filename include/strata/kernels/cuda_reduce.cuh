@@ -56,6 +56,8 @@ class cuda_reducer {
   // Queues sum(x[i]^2), computed in double, into *out (device memory) on `stream`.
   void sum_squares_async(std::span<const T> x, double* out, cudaStream_t stream) {
     std::size_t bytes = check(x.size(), sum_bytes(x.size()), "sum_squares");
+    // CUB reports cudaPeekAtLastError after its launch: drop an error nobody read first.
+    strata::detail::clear_stale_cuda_error();
     STRATA_CHECK_CUDA(cub::DeviceReduce::TransformReduce(temp_.data(), bytes, x.data(), out, x.size(),
                                                          ::cuda::std::plus<double>{}, detail::square_in_double{}, 0.0,
                                                          stream));
@@ -63,6 +65,7 @@ class cuda_reducer {
   // Queues 1 into *out (device memory) when some x[i] is inf or NaN, else 0.
   void nonfinite_async(std::span<const T> x, int* out, cudaStream_t stream) {
     std::size_t bytes = check(x.size(), flag_bytes(x.size()), "all_finite");
+    strata::detail::clear_stale_cuda_error();
     STRATA_CHECK_CUDA(cub::DeviceReduce::TransformReduce(temp_.data(), bytes, x.data(), out, x.size(),
                                                          detail::max_int{}, detail::is_nonfinite{}, 0, stream));
   }

@@ -12,8 +12,10 @@ namespace strata {
 // FLOPs of one token's forward and backward pass, as PaLM's MFU counts them (Chowdhery et
 // al. 2022, appendix B): 6 per parameter (a multiply-add forward, two backward), plus
 // attention's score and value products, 12 · layers · width · seq, which no parameter
-// holds. Count a tied embedding once. A model without attention leaves layers at 0; for
-// one sample of a non-sequence model, the token is the sample.
+// holds. `params` are those that multiply: leave the input lookup tables out (token and
+// position embeddings; a head, tied to the token table or not, is a product and counts),
+// as Megatron's count does. A model without attention leaves layers at 0; for one sample
+// of a non-sequence model, the token is the sample.
 inline double train_flops_per_token(double params, double layers = 0, double width = 0, double seq = 0) {
   return 6.0 * params + 12.0 * layers * width * seq;
 }

@@ -47,12 +47,7 @@ class cuda_stream {
   // (Through wait_stream: a stream stuck on a failed peer's collective is an error.)
   inline void synchronize() const;
   // True when all work queued so far has finished.
-  bool done() const {
-    const cudaError_t e = cudaStreamQuery(s_);
-    if (e == cudaErrorNotReady) return false;
-    STRATA_CHECK_CUDA(e);
-    return true;
-  }
+  bool done() const { return detail::query_finished(cudaStreamQuery(s_), "cudaStreamQuery"); }
   // Work queued on this stream after the call waits for `e` (no host block).
   inline void wait(const cuda_event& e) const;
 
@@ -92,12 +87,7 @@ class cuda_event {
   void record(const cuda_stream& s) { record(s.get()); }
   void synchronize() const { STRATA_CHECK_CUDA(cudaEventSynchronize(e_)); }
   // True once the captured work has finished (also for an event never recorded).
-  bool done() const {
-    const cudaError_t e = cudaEventQuery(e_);
-    if (e == cudaErrorNotReady) return false;
-    STRATA_CHECK_CUDA(e);
-    return true;
-  }
+  bool done() const { return detail::query_finished(cudaEventQuery(e_), "cudaEventQuery"); }
   // Milliseconds between two recorded, completed events made with timing::on.
   friend float elapsed_ms(const cuda_event& start, const cuda_event& stop) {
     float ms = 0;
@@ -166,9 +156,7 @@ inline void wait_stream(cudaStream_t s) {
   const auto start = std::chrono::steady_clock::now();
   auto pause = std::chrono::microseconds(0);
   for (;;) {
-    const cudaError_t e = cudaStreamQuery(s);
-    if (e == cudaSuccess) return;
-    if (e != cudaErrorNotReady) STRATA_CHECK_CUDA(e);
+    if (detail::query_finished(cudaStreamQuery(s), "cudaStreamQuery")) return;
     detail::stream_watch::get().run();
     // Spin briefly (most waits are short), then back off to at most a millisecond.
     if (pause.count() == 0)

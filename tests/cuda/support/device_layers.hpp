@@ -37,7 +37,7 @@ class device_executor {
   device_executor() {
     STRATA_CHECK_CUBLAS(cublasCreate(&blas_));
     STRATA_CHECK_CUBLAS(cublasSetStream(blas_, stream_.get()));
-    STRATA_CHECK_CUBLAS(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
+    STRATA_CHECK_CUBLAS(cublasSetMathMode(blas_, strata::detail::cublas_math_mode));
   }
   device_executor(const device_executor&) = delete;
   device_executor& operator=(const device_executor&) = delete;

@@ -134,23 +134,29 @@ class nccl_state final : public request_source {
                         [&] { return cat("nccl communicator ", name_, " was aborted after an error"); });
     ncclResult_t r = ncclSuccess;
     STRATA_CHECK_NCCL(ncclCommGetAsyncError(comm_, &r));
-    if (r != ncclSuccess && r != ncclInProgress) {
-      failed_ = true;
-      throw comm_error(cat("nccl communicator ", name_, ", rank ", rank_, " of ", size_, ": ", op,
-                           " failed: ", nccl_error_text(r, comm_)));
-    }
+    if (r != ncclSuccess && r != ncclInProgress) abort_after_error(r, op);
   }
 
   // Throws a comm_error naming the communicator, rank and operation for a failed call.
   void check(ncclResult_t r, const char* op) {
     if (r == ncclSuccess) [[likely]]
       return;
-    failed_ = true;
-    throw comm_error(cat("nccl communicator ", name_, ", rank ", rank_, " of ", size_, ": ", op,
-                         " failed: ", nccl_error_text(r, comm_)));
+    abort_after_error(r, op);
   }
 
  private:
+  // Aborts at once, before throwing: NCCL kernels stuck on a dead peer would otherwise stay
+  // on the GPU, and the next cudaFree (a destructor's, while the error unwinds) would wait
+  // on them for ever.
+  [[noreturn]] void abort_after_error(ncclResult_t r, const char* op) {
+    std::string text = nccl_error_text(r, comm_);  // read before the abort frees comm_
+    failed_ = true;
+    (void)ncclCommAbort(comm_);
+    comm_aborted_ = true;
+    throw comm_error(cat("nccl communicator ", name_, ", rank ", rank_, " of ", size_, ": ", op, " failed: ", text,
+                         "; the communicator was aborted"));
+  }
+
   // Aborts past the time-out of the oldest unfinished operation, counted from when it
   // could run: its enqueue, or, where the compute stream still had work before it then,
   // the first poll that found that work done. Waiting on a long computation, or a host

@@ -29,6 +29,20 @@ inline void check_cuda(cudaError_t code, const char* call, const std::source_loc
 // error (a broken context) fails the launch itself and is reported there.
 inline void clear_stale_cuda_error() noexcept { (void)cudaGetLastError(); }
 
+// A stream or event query's answer: true when finished, false for cudaErrorNotReady,
+// else throws. NotReady is an answer, not a failure, yet the runtime records it as the
+// last error; CUB reads that slot after its own launches and would report a stale
+// NotReady as its failure, so it is dropped here (PyTorch's stream query does the same).
+inline bool query_finished(cudaError_t code, const char* call,
+                           const std::source_location& loc = std::source_location::current()) {
+  if (code == cudaErrorNotReady) {
+    clear_stale_cuda_error();
+    return false;
+  }
+  check_cuda(code, call, loc);
+  return true;
+}
+
 }  // namespace strata::detail
 
 // Throws strata::cuda_error naming the call, CUDA's error text, file and line.

@@ -58,10 +58,9 @@ class engine<cuda> {
   explicit engine(std::size_t largest) : reducer_(largest > 0 ? largest : 1) {
     STRATA_CHECK_CUBLAS(cublasCreate(&blas_));
     STRATA_CHECK_CUBLAS(cublasSetStream(blas_, stream_.get()));
-    // Plain fp32 GEMMs: no TF32 (that would lose the host's numbers), and cuBLAS's
-    // single-stream results are the same bits run to run. (16-bit operands, in mixed
-    // precision, take tensor cores whatever the math mode.)
-    STRATA_CHECK_CUBLAS(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
+    // cuBLAS's single-stream results are the same bits run to run. (16-bit operands, in
+    // mixed precision, take tensor cores whatever the math mode.)
+    STRATA_CHECK_CUBLAS(cublasSetMathMode(blas_, strata::detail::cublas_math_mode));
   }
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
