@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <span>
 #include <string>
@@ -32,10 +33,19 @@ namespace strata {
 
 namespace detail {
 
-// This process's device_key for `device`: its node's name and the device's PCI bus id.
+// This process's device_key for `device`: its node (name and boot id) and the device's PCI
+// bus id. Nodes of one cluster have the same bus ids, and containers often the same host
+// name; the kernel's boot id tells machines apart (NCCL's host hash uses it too), while
+// containers on one machine share it, as they share its GPUs.
 inline device_key gpu_key(int device) {
-  char node[rendezvous_wire::node_bytes] = {}, bus[rendezvous_wire::device_bytes] = {};
-  gethostname(node, sizeof node - 1);
+  char host[rendezvous_wire::node_bytes] = {}, bus[rendezvous_wire::device_bytes] = {};
+  gethostname(host, sizeof host - 1);
+  std::string node(host, strnlen(host, 38));  // with the boot id, within the key's 63 bytes
+  std::string boot;
+  if (std::ifstream in("/proc/sys/kernel/random/boot_id"); std::getline(in, boot)) {
+    std::erase(boot, '-');
+    node += " (boot " + boot.substr(0, 16) + ")";
+  }
   STRATA_CHECK_CUDA(cudaDeviceGetPCIBusId(bus, sizeof bus - 1, device));
   return {node, bus};
 }
