@@ -38,7 +38,9 @@ inline constexpr const char* common_usage =
     "  --quiet  --device cpu|cuda  --help\n";
 
 // What main does with the outcome of its body: --help prints the usage (exit 0); an error
-// prints one line on rank 0, with the usage after a usage_error (exit 2).
+// prints one line on rank 0, with the usage after a usage_error (exit 2). A communication
+// error is printed by every rank that sees it: the failed peer may be rank 0 itself, and
+// each survivor's line names its own communicator and rank.
 template <class Body>
 int run_main(const char* program, const char* usage, int rank, int argc, char** argv, Body&& body) {
   if (wants_help(argc, argv)) {
@@ -49,6 +51,8 @@ int run_main(const char* program, const char* usage, int rank, int argc, char** 
     return body();
   } catch (const usage_error& e) {
     if (rank == 0) std::fprintf(stderr, "%s: error: %s\n%s", program, e.what(), usage);
+  } catch (const strata::comm_error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
   } catch (const strata::error& e) {
     if (rank == 0) std::fprintf(stderr, "%s: error: %s\n", program, e.what());
   }
