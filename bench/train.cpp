@@ -120,7 +120,7 @@ void run_gpt(strata::environment& env, const size_spec& z, long steps, long warm
   const gpt::config cfg{.vocab = z.vocab, .seq = z.seq, .dim = z.dim, .heads = z.heads, .layers = z.layers};
   strata::trainer<gpt::model, strata::host, strata::replicated, strata::adamw, strata::fp32> tr(g, gpt::make_model(cfg),
                                                                                                 options_for(z));
-  measure("gpt", z, tr, static_cast<double>(z.vocab + z.seq) * z.dim, steps, warmup);
+  measure("gpt", z, tr, gpt::lookup_params(cfg), steps, warmup);
 }
 
 void run_qwen2(strata::environment& env, const size_spec& z, long steps, long warmup) {

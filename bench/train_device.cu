@@ -86,8 +86,7 @@ int run_train_cuda(int argc, char** argv) {
       last_loss = st.loss;
       if (s >= o.warmup) seconds.push_back(st.seconds);
     }
-    // The token and position tables are lookups, not products (the head is untied).
-    const double params = examples::full_param_count(tr) - static_cast<double>(cfg.vocab + cfg.seq) * cfg.dim;
+    const double params = examples::full_param_count(tr) - gpt::lookup_params(cfg);  // the head is untied
     const double tokens = static_cast<double>(o.batch) * o.seq;
     const double flops = strata::train_flops_per_token(params, cfg.layers, cfg.dim, cfg.seq) * tokens;
     const double t = median(seconds);

@@ -22,6 +22,9 @@ struct config {
   int vocab = 64, seq = 16, dim = 32, heads = 4, layers = 2;
 };
 
+// The params that are lookups, not products (the token and position tables): no FLOPs.
+inline double lookup_params(const config& c) { return static_cast<double>(c.vocab + c.seq) * c.dim; }
+
 // ids [B, S] -> token embedding + position embedding [B, S, D]. The token table is split
 // by vocabulary over the tensor ranks; the position table is replicated.
 struct embedding_layer {

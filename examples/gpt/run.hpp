@@ -33,15 +33,13 @@ int run(const run_args& a) {
       g, make_model(a.model, g.tp_rank(), g.tp_size()), a.opts, a.cc.template optimizer<strata::adamw>());
   synthetic_tokens data(a.model, a.lo.seed);
   const long local = a.lo.batch / dp;
-  // The token and position tables are lookups: no FLOPs.
-  const double lookups = static_cast<double>(a.model.vocab + a.model.seq) * a.model.dim;
-  const auto r =
-      examples::train_loop(tr, a.lo, a.env.rank(),
-                           a.model.seq * strata::train_flops_per_token(examples::full_param_count(tr) - lookups,
-                                                                       a.model.layers, a.model.dim, a.model.seq),
-                           [&](long step, strata::batch<>& b) {
-                             data.fill(static_cast<std::uint64_t>(step * a.lo.batch + g.dp_rank() * local), local, b);
-                           });
+  const auto r = examples::train_loop(
+      tr, a.lo, a.env.rank(),
+      a.model.seq * strata::train_flops_per_token(examples::full_param_count(tr) - lookup_params(a.model),
+                                                  a.model.layers, a.model.dim, a.model.seq),
+      [&](long step, strata::batch<>& b) {
+        data.fill(static_cast<std::uint64_t>(step * a.lo.batch + g.dp_rank() * local), local, b);
+      });
   // The pipeline's idle fraction, averaged over ranks.
   double fraction = r.step_seconds > 0 ? r.idle_seconds / r.step_seconds : 0;
   a.env.world().all_reduce(std::span<double>(&fraction, 1), strata::reduce_op::avg);
