@@ -23,6 +23,7 @@ endif()
 # ---- a Qwen2 export read by the Python package ---------------------------------------
 add_executable(qwen2_export ${_io_dir}/tools/qwen2_export.cpp)
 strata_target_defaults(qwen2_export)
+strata_share_pch(qwen2_export)
 if(STRATA_PYTHON3)
   add_test(NAME io.qwen2_export
            COMMAND ${STRATA_PYTHON3} ${_io_dir}/tools/check_hf_export.py --tool $<TARGET_FILE:qwen2_export>

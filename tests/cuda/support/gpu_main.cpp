@@ -3,14 +3,10 @@
 // cannot be used (strata::probe_cuda) or, with STRATA_REQUIRE_GPU=1, on one without; a test
 // of the no-GPU behaviour exits 77 where a GPU is present. STRATA_TEST_GPU is 1 or 0, set
 // by the build.
-#if STRATA_CATCH3
-#include <catch2/catch_session.hpp>
-#else
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-#endif
 #include <cstdio>
 #include <strata/space/cuda.hpp>
+
+#include "catch_session.hpp"
 
 int main(int argc, char** argv) {
   const strata::cuda_probe gpu = strata::probe_cuda();
@@ -31,5 +27,5 @@ int main(int argc, char** argv) {
     return 77;
   }
 #endif
-  return Catch::Session().run(argc, argv);
+  return strata_test::run_catch_session(argc, argv);
 }
