@@ -10,6 +10,18 @@ function(strata_target_defaults target)
   endif()
 endfunction()
 
+# Sets the optimization level (-O0, -O1...) of the build type's flags for the languages
+# given, in the calling directory and those below it only: for targets CI compiles but
+# does not measure (tests/, bench/). Sets `strata_build_type_level` to the level replaced.
+macro(strata_directory_optimization level)
+  string(TOUPPER "${CMAKE_BUILD_TYPE}" _strata_config)
+  string(REGEX MATCH "-O[0-9s]" strata_build_type_level "${CMAKE_CXX_FLAGS_${_strata_config}}")
+  foreach(_strata_lang ${ARGN})
+    string(REGEX REPLACE "-O[0-9s]" "${level}" CMAKE_${_strata_lang}_FLAGS_${_strata_config}
+                         "${CMAKE_${_strata_lang}_FLAGS_${_strata_config}}")
+  endforeach()
+endmacro()
+
 # The environment under which MPI tests and programs run as root, oversubscribed, in
 # a container: set on ctest entries, never in the library.
 set(STRATA_MPI_TEST_ENV

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -12,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <strata/comm/environment.hpp>
 #include <strata/io/export.hpp>
 #include <strata/observe/flops.hpp>
 #include <strata/observe/gpu_peaks.hpp>
@@ -21,6 +23,9 @@
 #include <strata/observe/progress.hpp>
 #include <strata/observe/resident.hpp>
 #include <strata/observe/trace_file.hpp>
+#include <strata/train/batch.hpp>
+#include <strata/train/options.hpp>
+#include <strata/train/report.hpp>
 #include <strata/train/weights_hash.hpp>
 
 #include "args.hpp"
@@ -97,29 +102,88 @@ struct loop_options {
 };
 
 // Every param's full tensor counted once per param (a tied copy is a param of its own).
-template <class Trainer>
-double full_param_count(Trainer& tr) {
+// Templated on the model, not the trainer: one walk whatever trainers a program builds.
+template <class Model>
+double model_param_count(Model& m) {
   double n = 0;
-  strata::for_each_param(tr.model(), [&](const auto& p, std::string_view) {
+  strata::for_each_param(m, [&](const auto& p, std::string_view) {
     n += static_cast<double>(p.sharded() ? p.full_shape.numel() : p.numel());
   });
   return n;
 }
+template <class Trainer>
+double full_param_count(Trainer& tr) {
+  return model_param_count(tr.model());
+}
+
+// What the loop, its reports and its MLflow run need of a trainer, behind virtual calls:
+// they are compiled once, not once for every trainer type a program dispatches over
+// (63 in examples/mlp), which is what its compile time went to.
+class trainer_handle {
+ public:
+  virtual ~trainer_handle() = default;
+  virtual strata::step_stats step(const strata::batch<>& b) = 0;
+  virtual strata::memory_report memory() const = 0;
+  virtual void save(const std::string& dir, nlohmann::json extra) = 0;
+  virtual void load(const std::string& dir) = 0;
+  virtual long steps_done() const = 0;
+  virtual void import_safetensors(const std::string& path) = 0;
+  virtual void export_safetensors(const std::string& path) = 0;
+  virtual std::uint64_t weights_hash(std::size_t* elements) = 0;
+
+  strata::world_comm* world = nullptr;
+  int tp = 1, dp = 1, pp = 1;
+  std::string space, sharding, optimizer, precision, schedule;
+  strata::trainer_options options;
+  double peak_flops = 0;  // of one process (peak_flops_of)
+};
+
+template <class Trainer>
+class handle_of final : public trainer_handle {
+ public:
+  explicit handle_of(Trainer& tr) : tr_(tr) {
+    auto& g = tr.grid_ref();
+    world = &g.world();
+    tp = g.tp_size();
+    dp = g.dp_size();
+    pp = g.pp_size();
+    using S = typename Trainer::sharding;
+    space = Trainer::space_type::name;
+    sharding = std::string(S::name) + (S::offload ? "+offload" : "");
+    optimizer = Trainer::optimizer_type::name;
+    precision = Trainer::precision::name;
+    schedule = Trainer::schedule::name;
+    options = tr.options();
+  }
+  strata::step_stats step(const strata::batch<>& b) override { return tr_.step(b); }
+  strata::memory_report memory() const override { return tr_.memory(); }
+  void save(const std::string& dir, nlohmann::json extra) override { tr_.save(dir, std::move(extra)); }
+  void load(const std::string& dir) override { tr_.load(dir); }
+  long steps_done() const override { return tr_.steps_done(); }
+  void import_safetensors(const std::string& path) override { strata::import_safetensors(tr_, path); }
+  void export_safetensors(const std::string& path) override { strata::export_safetensors(tr_, path); }
+  std::uint64_t weights_hash(std::size_t* elements) override { return strata::weights_hash_of(tr_, elements); }
+
+ private:
+  Trainer& tr_;
+};
+
+// The functions below that take a trainer_handle (or a memory report) are templates only
+// so that a program that includes this header without calling them (a benchmark) does
+// not compile them; each is instantiated once, for trainer_handle.
 
 // What the metrics file's header says of a run: layout, policies, options, threads.
-template <class Trainer>
-nlohmann::json run_header(Trainer& tr, const loop_options& o) {
-  auto& g = tr.grid_ref();
-  const auto& opts = tr.options();
-  using S = typename Trainer::sharding;
-  return {{"world_size", g.world().size()},
-          {"layout", {{"tp", g.tp_size()}, {"dp", g.dp_size()}, {"pp", g.pp_size()}}},
+template <class Handle>
+nlohmann::json run_header(const Handle& h, const loop_options& o) {
+  const auto& opts = h.options;
+  return {{"world_size", h.world->size()},
+          {"layout", {{"tp", h.tp}, {"dp", h.dp}, {"pp", h.pp}}},
           {"policies",
-           {{"space", Trainer::space_type::name},
-            {"sharding", std::string(S::name) + (S::offload ? "+offload" : "")},
-            {"optimizer", Trainer::optimizer_type::name},
-            {"precision", Trainer::precision::name},
-            {"schedule", Trainer::schedule::name}}},
+           {{"space", h.space},
+            {"sharding", h.sharding},
+            {"optimizer", h.optimizer},
+            {"precision", h.precision},
+            {"schedule", h.schedule}}},
           {"options",
            {{"steps", o.steps},
             {"batch", o.batch},
@@ -205,16 +269,16 @@ inline std::unique_ptr<strata::mlflow_run> open_mlflow(const loop_options& o, in
 // run sees the same samples as one that never stopped. after_step(steps done) runs after
 // each step (validation, say). flops_per_sample (observe/flops.hpp) gives the progress
 // line its MFU.
-template <class Trainer, class Fill, class After = void (*)(long)>
-loop_result train_loop(
-    Trainer& tr, const loop_options& o, int world_rank, double flops_per_sample, Fill&& fill,
-    After&& after_step = [](long) {}) {
+template <class Handle>
+loop_result train_loop_on(Handle& tr, const loop_options& o, int world_rank, double flops_per_sample,
+                          const std::function<void(long, strata::batch<>&)>& fill,
+                          const std::function<void(long)>& after_step) {
   strata::progress_options po;
   po.every = o.log_every;
   po.quiet = o.quiet;
   po.tokens_per_sample = o.tokens_per_sample;
   po.flops_per_sample = flops_per_sample;
-  po.peak_flops = peak_flops_of(tr, o);
+  po.peak_flops = tr.peak_flops;
   po.metrics_path = o.metrics;
   const nlohmann::json header = run_header(tr, o);
   loop_result r;
@@ -222,11 +286,11 @@ loop_result train_loop(
   r.mlflow = open_mlflow(o, world_rank, header);
   if (r.mlflow) po.on_step = [&r](const nlohmann::json& record, long step) { r.mlflow->log_metrics(record, step); };
 #endif
-  strata::progress_log progress(tr.grid_ref().world(), po, header);
-  strata::trace_session trace(tr.grid_ref().world(), o.trace);
+  strata::progress_log progress(*tr.world, po, header);
+  strata::trace_session trace(*tr.world, o.trace);
   strata::batch<> b;
   long first = 0;
-  if (!o.init_path.empty()) strata::import_safetensors(tr, o.init_path);
+  if (!o.init_path.empty()) tr.import_safetensors(o.init_path);
   if (!o.load.empty()) {
     // --steps counts from step 0: a step-10 checkpoint with --steps 20 runs 10 more.
     tr.load(o.load);
@@ -250,23 +314,33 @@ loop_result train_loop(
   }
   if (!o.quiet) progress.summary();
   if (!o.export_path.empty()) {
-    strata::export_safetensors(tr, o.export_path);
+    tr.export_safetensors(o.export_path);
     log_artifacts(r, o.export_path, "model");
   }
-  r.hash = strata::hex64(strata::weights_hash_of(tr, &r.params));
+  r.hash = strata::hex64(tr.weights_hash(&r.params));
   const std::size_t events = trace.finish();
   if (world_rank == 0 && !o.trace.empty() && !o.quiet)
     std::printf("trace: %zu events in %s (open it in ui.perfetto.dev or chrome://tracing)\n", events, o.trace.c_str());
   return r;
 }
 
+template <class Trainer, class Fill, class After = void (*)(long)>
+loop_result train_loop(
+    Trainer& tr, const loop_options& o, int world_rank, double flops_per_sample, Fill&& fill,
+    After&& after_step = [](long) {}) {
+  handle_of<Trainer> h(tr);
+  h.peak_flops = peak_flops_of(tr, o);
+  return train_loop_on<trainer_handle>(h, o, world_rank, flops_per_sample, fill, after_step);
+}
+
 // Every rank's memory report next to its peak resident bytes so far and its resident
 // bytes before the trainer was built (base_rss: the program, its libraries, MPI), and its
 // pipeline stage, for the report's memory_per_rank: collective over `world`. Called last,
 // after any save or export, the peaks cover the whole run.
-template <class Trainer, class World>
-nlohmann::json memory_per_rank(Trainer& tr, World& world, int pp_rank, std::size_t base_rss) {
-  const nlohmann::json mem = tr.memory().to_json();
+template <class Report>
+nlohmann::json memory_per_rank_from(const Report& report, strata::world_comm& world, int pp_rank,
+                                    std::size_t base_rss) {
+  const nlohmann::json mem = report.to_json();
   const char* const cats[] = {"params",       "param_shard", "grads",      "master",          "optimizer_states",
                               "comm_buffers", "activations", "io_staging", "offload_staging", "total"};
   std::vector<double> mine;
@@ -289,13 +363,18 @@ nlohmann::json memory_per_rank(Trainer& tr, World& world, int pp_rank, std::size
   }
   return ranks;
 }
+template <class Trainer>
+nlohmann::json memory_per_rank(Trainer& tr, strata::world_comm& world, int pp_rank, std::size_t base_rss) {
+  return memory_per_rank_from(tr.memory(), world, pp_rank, base_rss);
+}
 
 // The report keys every example writes (the device among them, and memory_per_rank's
 // gathering); a program adds its own before write_report.
-template <class Trainer>
-nlohmann::json base_report(Trainer& tr, const loop_result& r, nlohmann::json per_rank) {
+template <class Report>
+nlohmann::json base_report_from(const char* device, const std::vector<long>& skipped, const Report& memory,
+                                const loop_result& r, nlohmann::json per_rank) {
   nlohmann::json j;
-  j["device"] = Trainer::space_type::name;
+  j["device"] = device;
   j["final_loss"] = r.last.loss;
   j["losses"] = r.losses;
   j["weights_hash"] = r.hash;
@@ -304,12 +383,16 @@ nlohmann::json base_report(Trainer& tr, const loop_result& r, nlohmann::json per
   j["host_threads"] = strata::host_threads().threads;
   j["blas"] = strata::host_threads().blas;
   j["simd"] = strata::host_threads().simd;
-  j["skipped_steps"] = tr.skipped_steps();
-  j["memory"] = tr.memory().to_json();
+  j["skipped_steps"] = skipped;
+  j["memory"] = memory.to_json();
   j["memory"]["peak_rss_bytes"] = static_cast<double>(strata::peak_resident_bytes());
   j["memory_per_rank"] = std::move(per_rank);
   j["params"] = r.params;
   return j;
+}
+template <class Trainer>
+nlohmann::json base_report(Trainer& tr, const loop_result& r, nlohmann::json per_rank) {
+  return base_report_from(Trainer::space_type::name, tr.skipped_steps(), tr.memory(), r, std::move(per_rank));
 }
 
 inline void write_report(const std::string& path, const nlohmann::json& j) {

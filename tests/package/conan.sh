@@ -3,12 +3,12 @@
 # system through packaging/conan/profiles/system ([platform_requires]), and the recipe's
 # test_package (a consumer through CMakeDeps/CMakeToolchain) builds and runs on 2
 # processes. Conan's home is a fresh one under WORK_DIR, so nothing of the user's is used.
-# usage: conan.sh SOURCE_DIR WORK_DIR MPIEXEC   (conan from scripts/deps' virtual environment)
+# usage: conan.sh SOURCE_DIR WORK_DIR MPIEXEC   (conan: scripts/deps --conan)
 set -euo pipefail
 src=$1 work=$2 mpiexec=$3
 conan=${STRATA_CONAN:-${STRATA_CONAN_ENV:-$HOME/.cache/strata/conan}/bin/conan}
 if [ ! -x "$conan" ]; then
-  echo "conan.sh: no conan at $conan (scripts/deps installs it; STRATA_CONAN names another)" >&2
+  echo "conan.sh: no conan at $conan (scripts/deps --conan installs it; STRATA_CONAN names another)" >&2
   exit 1
 fi
 rm -rf "$work" && mkdir -p "$work"

@@ -18,6 +18,79 @@
 #include "../model/reflect.hpp"
 #include "qwen2.hpp"
 
+namespace strata::detail {
+
+// Checks that the directory's tensors are exactly the model's; the trainer-independent
+// half of load_qwen2_weights (compiled once, not once per trainer). A template only so
+// that a program that never loads a Qwen2 model does not compile it.
+template <class Files>
+void check_qwen2_files(const flat_layout& layout, const model_params& m, const Files& files) {
+  std::set<std::string> used;
+  for (std::size_t i = 0; i < layout.params().size(); ++i) {
+    const param_slot& slot = layout.params()[i];
+    if (m.local_numel[i] == 0) continue;  // an absent bias (o_proj's): not in the file either
+    const std::string name = models::qwen2_hf_name(slot.tied_to.empty() ? slot.name : slot.tied_to);
+    // A tied copy saved anyway is read as its source, as transformers does.
+    if (!slot.tied_to.empty() && files.contains(models::qwen2_hf_name(slot.name)))
+      used.insert(models::qwen2_hf_name(slot.name));
+    if (!files.contains(name))
+      throw checkpoint_error(cat(files.dir().string(), ": tensor \"", name, "\" (param ", slot.name, ") is missing"));
+    used.insert(name);
+    const tensor_info& t = files.info(name);
+    if (!st_is_float_dtype(t.dtype))
+      throw checkpoint_error(
+          cat(files.file_of(name), ": tensor \"", name, "\" is ", name_of(t.dtype), ", not a floating type"));
+    const shape& want = m.full_shapes[i];
+    bool same = t.shape.size() == want.rank;
+    for (std::size_t d = 0; same && d < t.shape.size(); ++d) same = t.shape[d] == want[d];
+    if (!same) {
+      std::string got = "[";
+      for (std::size_t d = 0; d < t.shape.size(); ++d) got += (d ? ", " : "") + std::to_string(t.shape[d]);
+      throw checkpoint_error(
+          cat(files.file_of(name), ": tensor \"", name, "\" has shape ", got, "] but ", slot.name, " is ", want));
+    }
+  }
+  for (const auto& name : files.names())
+    if (!used.count(name))
+      throw checkpoint_error(cat(files.file_of(name), ": tensor \"", name,
+                                 "\" is not a param of this Qwen2 model (another architecture, or another size?)"));
+}
+
+template <class Comm>
+void export_qwen2_from(Comm& world, weight_pieces walk, const flat_layout& layout, const model_params& m,
+                       const std::filesystem::path& dir, const models::qwen2_config& cfg, dtype as,
+                       std::uint64_t max_shard_bytes) {
+  constexpr std::size_t skipped = static_cast<std::size_t>(-1);
+  std::vector<hf_weights_writer::tensor> tensors;
+  std::vector<std::size_t> tensor_of;  // per layout param: its tensor in the directory, or skipped
+  for (std::size_t i = 0; i < layout.params().size(); ++i) {
+    const auto& slot = layout.params()[i];
+    // Tied copies and absent biases are not written, as transformers saves the model.
+    const bool written = slot.tied_to.empty() && m.full_shapes[i].numel() != 0;
+    tensor_of.push_back(written ? tensors.size() : skipped);
+    if (written) tensors.push_back({models::qwen2_hf_name(slot.name), m.full_shapes[i]});
+  }
+  nlohmann::json config = cfg.to_json();
+  config["torch_dtype"] = as == dtype::bf16 ? "bfloat16" : "float32";
+  struct sink final : weights_sink {
+    hf_weights_writer out;
+    const std::vector<std::size_t>& tensor_of;
+    sink(const std::filesystem::path& dir, const nlohmann::json& config,
+         const std::vector<hf_weights_writer::tensor>& tensors, dtype as, std::uint64_t max_shard_bytes,
+         const std::vector<std::size_t>& tensor_of)
+        : out(dir, config, tensors, as, max_shard_bytes), tensor_of(tensor_of) {}
+    void write(std::size_t p, std::size_t first, std::span<const float> values) override {
+      if (tensor_of[p] != skipped) out.write(tensor_of[p], first, values);
+    }
+    void commit() override { out.commit(); }
+  };
+  stream_weights_to_rank0(world, walk, [&]() -> std::unique_ptr<weights_sink> {
+    return std::make_unique<sink>(dir, config, tensors, as, max_shard_bytes, tensor_of);
+  });
+}
+
+}  // namespace strata::detail
+
 namespace strata::models {
 
 // Checks that the directory's tensors are exactly the model's (transformers' names, full
@@ -27,37 +100,7 @@ namespace strata::models {
 // before any weight changes.
 template <class Trainer>
 void load_qwen2_weights(Trainer& tr, const hf_weights& files) {
-  const flat_layout& layout = tr.layout();
-  std::set<std::string> used;
-  std::size_t i = 0;
-  // Full shapes: the params know them (a tensor-parallel slice says so); the layout's are local.
-  for_each_param(tr.model(), [&](const auto& p, std::string_view) {
-    const param_slot& slot = layout.params()[i++];
-    if (p.numel() == 0) return;  // an absent bias (o_proj's): not in the file either
-    const std::string name = qwen2_hf_name(slot.tied_to.empty() ? slot.name : slot.tied_to);
-    // A tied copy saved anyway is read as its source, as transformers does.
-    if (!slot.tied_to.empty() && files.contains(qwen2_hf_name(slot.name))) used.insert(qwen2_hf_name(slot.name));
-    if (!files.contains(name))
-      throw checkpoint_error(cat(files.dir().string(), ": tensor \"", name, "\" (param ", slot.name, ") is missing"));
-    used.insert(name);
-    const tensor_info& t = files.info(name);
-    if (!detail::st_is_float_dtype(t.dtype))
-      throw checkpoint_error(
-          cat(files.file_of(name), ": tensor \"", name, "\" is ", name_of(t.dtype), ", not a floating type"));
-    const shape want = p.sharded() ? p.full_shape : p.shape;
-    bool same = t.shape.size() == want.rank;
-    for (std::size_t d = 0; same && d < t.shape.size(); ++d) same = t.shape[d] == want[d];
-    if (!same) {
-      std::string got = "[";
-      for (std::size_t d = 0; d < t.shape.size(); ++d) got += (d ? ", " : "") + std::to_string(t.shape[d]);
-      throw checkpoint_error(
-          cat(files.file_of(name), ": tensor \"", name, "\" has shape ", got, "] but ", slot.name, " is ", want));
-    }
-  });
-  for (const auto& name : files.names())
-    if (!used.count(name))
-      throw checkpoint_error(cat(files.file_of(name), ": tensor \"", name,
-                                 "\" is not a param of this Qwen2 model (another architecture, or another size?)"));
+  strata::detail::check_qwen2_files(tr.layout(), strata::detail::params_of(tr.model()), files);
   tr.set_weights_from([&](const param_slot& p, std::size_t first, std::span<float> out) {
     files.read(qwen2_hf_name(p.name), first, out);
   });
@@ -75,25 +118,8 @@ void load_qwen2_weights(Trainer& tr, const std::filesystem::path& dir) {
 template <class Trainer>
 void export_qwen2(Trainer& tr, const std::filesystem::path& dir, const qwen2_config& cfg, dtype as = dtype::f32,
                   std::uint64_t max_shard_bytes = std::uint64_t{5} << 30) {
-  constexpr std::size_t skipped = static_cast<std::size_t>(-1);
-  std::vector<hf_weights_writer::tensor> tensors;
-  std::vector<std::size_t> tensor_of;  // per layout param: its tensor in the directory, or skipped
-  std::size_t i = 0;
-  for_each_param(tr.model(), [&](const auto& p, std::string_view) {
-    const auto& slot = tr.layout().params()[i++];
-    const shape full = p.sharded() ? p.full_shape : p.shape;
-    // Tied copies and absent biases are not written, as transformers saves the model.
-    const bool written = slot.tied_to.empty() && full.numel() != 0;
-    tensor_of.push_back(written ? tensors.size() : skipped);
-    if (written) tensors.push_back({qwen2_hf_name(slot.name), full});
-  });
-  nlohmann::json config = cfg.to_json();
-  config["torch_dtype"] = as == dtype::bf16 ? "bfloat16" : "float32";
-  detail::stream_weights_to_rank0(
-      tr, [&] { return std::make_unique<hf_weights_writer>(dir, config, tensors, as, max_shard_bytes); },
-      [&](hf_weights_writer& out, std::size_t p, std::size_t first, std::span<const float> values) {
-        if (tensor_of[p] != skipped) out.write(tensor_of[p], first, values);
-      });
+  strata::detail::export_qwen2_from(tr.grid_ref().world(), strata::detail::weight_walk_of(tr), tr.layout(),
+                                    strata::detail::params_of(tr.model()), dir, cfg, as, max_shard_bytes);
 }
 
 }  // namespace strata::models

@@ -11,6 +11,16 @@
 
 namespace strata::detail {
 
+// Compute params = master rounded to the compute precision; then stages 1-2 all-gather
+// the pieces so every rank holds the full params again. Not a member of shard_update:
+// what only reads the optimizer's result is compiled once for every optimizer.
+template <class Types>
+void refresh_compute_params(typename Types::state_t& state, typename Types::dev_t& dev, param_gathers<Types>& gathers) {
+  if constexpr (Types::split) dev.eng->synchronize();  // host_params may still be on its way
+  for (const auto& r : state.runs) state.template refresh_run<typename Types::compute_t>(*dev.eng, dev.host_eng, r);
+  gathers.gather_updated();
+}
+
 template <class Types, class Optimizer>
 class shard_update {
   static constexpr int stage = Types::stage;
@@ -58,13 +68,7 @@ class shard_update {
     gathers_.invalidate();
   }
 
-  // Compute params = master rounded to the compute precision; then stages 1-2 all-gather
-  // the pieces so every rank holds the full params again.
-  void refresh_params_from_master() {
-    if constexpr (Types::split) dev_.eng->synchronize();  // host_params may still be on its way
-    for (const auto& r : state_.runs) state_.template refresh_run<compute_t>(*dev_.eng, dev_.host_eng, r);
-    gathers_.gather_updated();
-  }
+  void refresh_params_from_master() { refresh_compute_params<Types>(state_, dev_, gathers_); }
 
  private:
   Optimizer opt_;

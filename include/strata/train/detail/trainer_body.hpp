@@ -65,7 +65,7 @@ class trainer_body {
         update_(opt, plan_, state_, dev_, gathers_),
         driver_(g, opts_, table_, params_, plan_, dev_, reduce_, gathers_),
         tied_(g, layout_, params_, plan_, state_, dev_),
-        weights_(g, layout_, params_, plan_, state_, dev_, update_, gathers_, tied_),
+        weights_(g, layout_, params_, plan_, state_, dev_, gathers_, tied_),
         checkpoints_(g, layout_, params_, plan_, state_, dev_),
         counters_{0, {}, make_loss_scaler(opts_)} {
     opts_.validate();
@@ -172,15 +172,9 @@ class trainer_body {
   }
 
   std::vector<float> gather_master() { return weights_.gather(); }
-  template <class F>
-  void for_each_weight_piece(F&& f) {
-    weights_.for_each_piece(f);
-  }
+  void for_each_weight_piece(weight_piece_fn f) { weights_.for_each_piece(f); }
   void set_weights(std::span<const float> full) { weights_.set(full); }
-  template <class Read>
-  void set_weights_from(Read&& read) {
-    weights_.set_from(read);
-  }
+  void set_weights_from(weight_read_fn read) { weights_.set_from(read); }
 
   void save(const std::filesystem::path& dir, nlohmann::json extra, const checkpoint_options& o) {
     trace_scope ev(trace_track::checkpoint, [&] { return cat("save ", dir.string()); });
@@ -262,7 +256,7 @@ class trainer_body {
   shard_update<types, Optimizer> update_;
   schedule_driver<types, Schedule> driver_;
   tied_params<types> tied_;
-  trainer_weights<types, Optimizer> weights_;
+  trainer_weights<types> weights_;
   checkpoint_view<types, Optimizer> checkpoints_;
   std::vector<index_range> norm_runs_;  // of the grad shard, counted in the norm
   step_counters counters_;

@@ -11,6 +11,7 @@
 
 #include "../../comm/reduce_op.hpp"
 #include "../../core/error.hpp"
+#include "../../core/function_ref.hpp"
 #include "../../model/layout.hpp"
 #include "../../model/param.hpp"
 #include "../../parallel/bucket_plan.hpp"
@@ -24,21 +25,27 @@
 
 namespace strata::detail {
 
-template <class Types, class Optimizer>
+// f(param index, first element, values): one piece of a param's full tensor.
+using weight_piece_fn = function_ref<void(std::size_t, std::size_t, std::span<const float>)>;
+// read(param, first element, out): fills out from that param's full tensor.
+using weight_read_fn = function_ref<void(const param_slot&, std::size_t, std::span<float>)>;
+
+// Not templated on the optimizer, nor on the callbacks (function_ref): a program that
+// dispatches over policies compiles these walks once per space, stage and precision.
+template <class Types>
 class trainer_weights {
   static constexpr int stage = Types::stage;
 
  public:
   trainer_weights(typename Types::grid_t& grid, const flat_layout& layout, const stage_params& params,
                   const bucket_plan& plan, typename Types::state_t& state, typename Types::dev_t& dev,
-                  shard_update<Types, Optimizer>& update, param_gathers<Types>& gathers, const tied_params<Types>& ties)
+                  param_gathers<Types>& gathers, const tied_params<Types>& ties)
       : grid_(grid),
         layout_(layout),
         params_(params),
         plan_(plan),
         state_(state),
         dev_(dev),
-        update_(update),
         gathers_(gathers),
         ties_(ties) {}
 
@@ -70,8 +77,7 @@ class trainer_weights {
   // first + out.size()) of the full tensor of the param `slot` describes (row-major). A
   // rank asks only for what it holds, in runs contiguous in the full tensor; a tied
   // param asks for its source's.
-  template <class Read>
-  void set_from(Read&& read) {
+  void set_from(weight_read_fn read) {
     for_each_run([&](std::size_t i, std::size_t first, std::span<float> out) {
       read(layout_.params()[ties_.value_source(i)], first, out);
     });
@@ -108,8 +114,7 @@ class trainer_weights {
   // one piece beyond its own state, never the whole model. Each element comes from the
   // ranks that hold it (equal bits where several do), assembled by a max over the bit
   // patterns widened to 64 bits: exact, negative zeros and NaNs included.
-  template <class F>
-  void for_each_piece(F&& f, std::size_t piece = weight_piece_elems) {
+  void for_each_piece(weight_piece_fn f, std::size_t piece = weight_piece_elems) {
     std::vector<bool> here(layout_.params().size(), false);
     for (std::size_t i : params_.mine) here[i] = true;
     struct held {
@@ -170,7 +175,7 @@ class trainer_weights {
           f(i, first, std::span<float>(master + at, len));
         });
     });
-    update_.refresh_params_from_master();
+    refresh_compute_params<Types>(state_, dev_, gathers_);
     gathers_.invalidate();
   }
 
@@ -198,7 +203,6 @@ class trainer_weights {
   const bucket_plan& plan_;
   typename Types::state_t& state_;
   typename Types::dev_t& dev_;
-  shard_update<Types, Optimizer>& update_;
   param_gathers<Types>& gathers_;
   const tied_params<Types>& ties_;
 };
