@@ -17,14 +17,12 @@
 #include "../core/function_ref.hpp"
 #include "../core/trace.hpp"
 #include "../model/reflect.hpp"
+#include "../model/weight_piece.hpp"
 #include "safetensors.hpp"
 
 namespace strata {
 
 namespace detail {
-// f(param index, first element, values) for every piece of the weights in order.
-using weight_pieces = function_ref<void(function_ref<void(std::size_t, std::size_t, std::span<const float>)>)>;
-
 // Every param's dotted name, full shape (a tensor-parallel slice's whole tensor) and
 // local element count, in parameter order. Templated on the model only: one walk per
 // model, whatever trainers a program builds over it.
@@ -85,7 +83,7 @@ void stream_weights_to_rank0(Comm& world, weight_pieces walk, function_ref<std::
 // A trainer's weight walk, as stream_weights_to_rank0 takes it.
 template <class Trainer>
 auto weight_walk_of(Trainer& tr) {
-  return [&tr](function_ref<void(std::size_t, std::size_t, std::span<const float>)> f) { tr.for_each_weight_piece(f); };
+  return [&tr](weight_piece_fn f) { tr.for_each_weight_piece(f); };
 }
 
 template <class Comm>

@@ -14,6 +14,7 @@
 #include "../../core/function_ref.hpp"
 #include "../../model/layout.hpp"
 #include "../../model/param.hpp"
+#include "../../model/weight_piece.hpp"
 #include "../../parallel/bucket_plan.hpp"
 #include "../init.hpp"
 #include "consolidate.hpp"
@@ -25,8 +26,6 @@
 
 namespace strata::detail {
 
-// f(param index, first element, values): one piece of a param's full tensor.
-using weight_piece_fn = function_ref<void(std::size_t, std::size_t, std::span<const float>)>;
 // read(param, first element, out): fills out from that param's full tensor.
 using weight_read_fn = function_ref<void(const param_slot&, std::size_t, std::span<float>)>;
 
