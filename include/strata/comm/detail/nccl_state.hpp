@@ -14,6 +14,7 @@
 #include "../../space/cuda.hpp"
 #include "../request.hpp"
 #include "nccl_types.hpp"
+#include "runnable_clock.hpp"
 
 namespace strata::detail {
 
@@ -83,7 +84,7 @@ class nccl_state final : public request_source {
   int* barrier_word() noexcept { return word_.data(); }
 
   // Orders the communication stream after the work queued on the compute stream so far
-  // (recorded in the next operation's slot, whose time-out starts when that work is done).
+  // (recorded in the next operation's slot: its time-out does not start before that work is done).
   void begin() {
     slot& s = ring_[(last_ + 1) % ring];
     s.ready.record(compute_);
@@ -96,8 +97,6 @@ class nccl_state final : public request_source {
     s.done.record(stream_);
     s.ticket = t;
     s.op = op;
-    s.runnable = {};
-    s.note_runnable(std::chrono::steady_clock::now());
     return t;
   }
 
@@ -157,18 +156,17 @@ class nccl_state final : public request_source {
                          "; the communicator was aborted"));
   }
 
-  // Aborts past the time-out of the oldest unfinished operation, counted from when it
-  // could run: its enqueue, or, where the compute stream still had work before it then,
-  // the first poll that found that work done. Waiting on a long computation, or a host
-  // that polls late, never times a healthy collective out.
+  // Aborts once the oldest unfinished operation has been able to run for longer than the
+  // time-out (runnable_clock): the collectives queued before it and the computation it
+  // waits for do not count, so a deep queue of long collectives (a ZeRO-3 step's
+  // prefetched gathers) never times a healthy one out.
   void check_timeout() {
     const auto now = std::chrono::steady_clock::now();
     oldest_ = std::max(oldest_, last_ >= ring ? last_ - ring + 1 : 1);
     while (oldest_ <= last_ && ring_[oldest_ % ring].done.done()) ++oldest_;
     if (oldest_ > last_) return;
-    slot& s = ring_[oldest_ % ring];
-    s.note_runnable(now);
-    if (s.runnable != std::chrono::steady_clock::time_point{} && now - s.runnable > timeout_) abort_after_timeout(s.op);
+    const slot& s = ring_[oldest_ % ring];
+    if (clock_.runnable_for(oldest_, [&] { return s.ready.done(); }, now) > timeout_) abort_after_timeout(s.op);
   }
 
   [[noreturn]] void abort_after_timeout(const char* op) {
@@ -185,10 +183,6 @@ class nccl_state final : public request_source {
     cuda_event ready, done;  // the compute stream's work before it; its own end
     std::uint64_t ticket = 0;
     const char* op = "";
-    std::chrono::steady_clock::time_point runnable{};  // when ready was first seen done; {}: not yet
-    void note_runnable(std::chrono::steady_clock::time_point now) {
-      if (runnable == std::chrono::steady_clock::time_point{} && ready.done()) runnable = now;
-    }
   };
   struct scoped_device {
     explicit scoped_device(int d) { STRATA_CHECK_CUDA(cudaSetDevice(d)); }
@@ -206,6 +200,7 @@ class nccl_state final : public request_source {
   int rank_ = 0, size_ = 1;
   std::uint64_t last_ = 0;
   std::uint64_t oldest_ = 1;  // no operation before it is unfinished
+  runnable_clock clock_;      // since when the oldest unfinished one could run
   bool failed_ = false, comm_aborted_ = false;
   std::uint64_t watch_ = 0;
 };
