@@ -143,19 +143,34 @@ struct sharded_state {
   // copies go back after.
   template <class Engine, class F>
   void with_host(Engine& eng, bool write_back, F&& f) {
+    with_host_arrays(eng, write_back, 3, f);
+  }
+  // f(master) alone: the weight walks do not copy a device state's moments (two thirds
+  // of it under AdamW) to the host and back.
+  template <class Engine, class F>
+  void with_host_master(Engine& eng, bool write_back, F&& f) {
+    with_host_arrays(eng, write_back, 1, [&](float* master, float*, float*) { f(master); });
+  }
+  // The first `count` of master, state0, state1 as with_host says; the others are null
+  // where they would have been copies.
+  template <class Engine, class F>
+  void with_host_arrays(Engine& eng, bool write_back, int count, F&& f) {
     if constexpr (OptSpace::host_accessible) {
       eng.synchronize();
       f(master.data(), state0.data(), state1.data());
     } else {
       std::vector<float> a[3];
       float* dev[3] = {master.data(), state0.data(), state1.data()};
-      for (int k = 0; k < 3; ++k) {
-        a[k].resize(k == 0 ? master.size() : k == 1 ? state0.size() : state1.size());
+      const std::size_t sizes_of[3] = {master.size(), state0.size(), state1.size()};
+      float* host[3] = {nullptr, nullptr, nullptr};
+      for (int k = 0; k < count; ++k) {
+        a[k].resize(sizes_of[k]);
         eng.download(a[k].data(), dev[k], a[k].size());
+        host[k] = a[k].data();
       }
-      f(a[0].data(), a[1].data(), a[2].data());
+      f(host[0], host[1], host[2]);
       if (write_back)
-        for (int k = 0; k < 3; ++k) eng.upload(dev[k], a[k].data(), a[k].size());
+        for (int k = 0; k < count; ++k) eng.upload(dev[k], a[k].data(), a[k].size());
     }
   }
 

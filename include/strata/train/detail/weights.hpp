@@ -86,7 +86,7 @@ class trainer_weights {
   // from the data-parallel pieces, then tensor slices assembled and stages concatenated.
   std::vector<float> gather() {
     std::vector<float> full_padded(plan_.total());
-    state_.with_host(*dev_.eng, false, [&](float* master, float*, float*) {
+    state_.with_host_master(*dev_.eng, false, [&](float* master) {
       if constexpr (stage == 0) {
         std::copy_n(master, state_.master.size(), full_padded.begin());
       } else {
@@ -122,7 +122,7 @@ class trainer_weights {
     std::vector<held> runs;
     std::vector<std::uint64_t> bits;
     std::vector<float> values;
-    state_.with_host(*dev_.eng, false, [&](float* master, float*, float*) {
+    state_.with_host_master(*dev_.eng, false, [&](float* master) {
       for (std::size_t i = 0; i < layout_.params().size(); ++i) {
         const param<float>& p = *params_.all[i];
         const std::size_t n = p.sharded() ? p.full_shape.numel() : p.numel();
@@ -168,7 +168,7 @@ class trainer_weights {
   // the compute params from master.
   template <class F>
   void for_each_run(F&& f) {
-    state_.with_host(*dev_.eng, true, [&](float* master, float*, float*) {
+    state_.with_host_master(*dev_.eng, true, [&](float* master) {
       for (std::size_t i : params_.mine)
         for_each_held_run(i, [&](std::size_t first, std::size_t at, std::size_t len) {
           f(i, first, std::span<float>(master + at, len));
