@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <new>  // std::nothrow_t
 #include <string>
 #include <string_view>
 
@@ -115,6 +116,12 @@ class device_guard {
  public:
   explicit device_guard(int device) : previous_(current_device()) {
     if (device != previous_) STRATA_CHECK_CUDA(cudaSetDevice(device));
+  }
+  // For destructors: a failing CUDA call (a sticky error after a device fault) is ignored,
+  // not thrown, so unwinding cannot terminate and hide the first error.
+  device_guard(int device, std::nothrow_t) noexcept : previous_(device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = device;
+    if (device != previous_) (void)cudaSetDevice(device);
   }
   device_guard(const device_guard&) = delete;
   device_guard& operator=(const device_guard&) = delete;

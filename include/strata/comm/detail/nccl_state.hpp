@@ -49,7 +49,7 @@ class nccl_state final : public request_source {
   ~nccl_state() {
     stream_watch::get().remove(watch_);
     if (comm_aborted_) return;
-    device_guard g(device_);
+    device_guard g(device_, std::nothrow);
     // Waits with the time-out: a peer that died must not hang this one's exit.
     if (!failed_) {
       try {
