@@ -41,7 +41,11 @@ class device_executor {
   }
   device_executor(const device_executor&) = delete;
   device_executor& operator=(const device_executor&) = delete;
-  ~device_executor() { (void)cublasDestroy(blas_); }
+  // The stream's work ends before its scratch is freed (members go in reverse order).
+  ~device_executor() {
+    (void)cudaStreamSynchronize(stream_.get());
+    (void)cublasDestroy(blas_);
+  }
 
   strata::executor<strata::cuda> get() const { return {stream_.get(), blas_, &scratch_}; }
   // The layers queue on a non-blocking stream, which cuda::copy's legacy-stream wait does
