@@ -38,9 +38,12 @@ class param_gathers {
   void ensure_live(std::size_t b, bool forward) {
     auto& slot = live_[b % 2];
     if (slot.bucket != b || !slot.valid) start_gather(b);
-    if (slot.req.pending()) {
-      slot.req.wait();
+    // A gather may complete at once (self_comm, a single process without MPI: no request
+    // is pending), so binding follows the gather, not the wait.
+    if (slot.req.pending()) slot.req.wait();
+    if (!slot.bound) {
       bind_live(b);
+      slot.bound = true;
     }
     const auto& buckets = plan_.buckets();
     const bool has_next = forward ? b + 1 < buckets.size() && buckets[b + 1].first_layer < params_.end_layer
@@ -79,10 +82,8 @@ class param_gathers {
     const auto& bk = plan_.buckets()[b];
     slot.bucket = b;
     slot.valid = true;
-    if (bk.size == 0) {
-      bind_live(b);
-      return;
-    }
+    slot.bound = false;
+    if (bk.size == 0) return;
     const std::span<const param_t> piece(state_.param_data() + bk.shard_offset, bk.piece);
     const std::span<param_t> out(state_.live.data() + plan_.slot_offset(b), bk.size);
     if constexpr (!Types::on_host) {
@@ -116,6 +117,7 @@ class param_gathers {
     request req;
     std::size_t bucket = 0;
     bool valid = false;
+    bool bound = false;  // the bucket's params point into the slot
   };
 
   const bucket_plan& plan_;
