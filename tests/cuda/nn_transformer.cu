@@ -750,9 +750,12 @@ TEST_CASE("grouped_query_attention with rotary embedding: forward and backward m
     pair_run<nn::grouped_query_attention> r;
     r.run(h, h, dl, dl, hctx, denv, shape{c.B, c.S, c.D}, x, dy);
     // The chains of causal_self_attention's test, plus the rotation (cos and sin of each
-    // space's libm, within 2 ulp): the same chain tolerance.
+    // space's libm, within 2 ulp): the same chain tolerance. The table itself: CUDA's
+    // powf is within 4 ulp and glibc's within 1, so an angle (position <= 11 times
+    // inv_freq <= 1) can differ by 11 * (4 + 1 + 2) u = 4.6e-6 at worst, its cos by as
+    // much; 5e-6 normwise is still a thousandth of what a wrong exponent or position gives.
     constexpr double rel = 1e-4;
-    check_normwise(read(r.dc.cos), values_of(r.hc.cos), 1e-6, "rotary cos");
+    check_normwise(read(r.dc.cos), values_of(r.hc.cos), 5e-6, "rotary cos");
     check_normwise(read(r.dy_out), values_of(r.hy), rel, "gqa y");
     check_normwise(read(r.ddx), values_of(r.hdx), rel, "gqa dx");
     for (auto [hp, dp] : {std::pair{&h.q_proj, &dl.q_proj}, {&h.k_proj, &dl.k_proj}, {&h.v_proj, &dl.v_proj}}) {
