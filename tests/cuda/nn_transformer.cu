@@ -662,6 +662,9 @@ void compare_models_bf16(Model& hm, Model& dm, const Pairs& params, const strata
     to_bf16 += normwise_distance(dev, host_grads(*bparams[k]));
   }
   INFO("device vs host bf16: " << to_bf16 << ", device vs host fp32: " << to_fp32 << " (summed over params)");
+  if (std::getenv("STRATA_TEST_VERBOSE"))
+    std::printf("%-36s device to host bf16 / to host fp32 = %.2e (tolerance 0.5)\n", "grads (bf16 roundings)",
+                to_bf16 / std::max(to_fp32, 1e-30));
   CHECK(to_bf16 <= 0.5 * to_fp32);
   CHECK(std::abs(device_loss - host16_loss) <= 0.5 * std::abs(device_loss - host_loss) + 1e-6 * std::abs(host_loss));
 }
