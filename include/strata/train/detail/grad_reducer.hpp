@@ -53,6 +53,7 @@ class grad_reducer {
     const auto& bk = plan_.buckets()[b];
     if (bk.size == 0) return;
     float* region = grad_region(b);
+    pending_[slot].launched = true;
     if constexpr (Types::precision::is_mixed) {
       // 16-bit gradients on the wire, as on a GPU; accumulation stays fp32.
       compute_t* wire = state_.wire.data() + plan_.slot_offset(b);
@@ -68,9 +69,12 @@ class grad_reducer {
   }
 
   // Waits for the slot's reduce-scatter and adds its piece into the fp32 grad shard.
+  // Whether one was launched is kept apart from the request: a reduce-scatter may complete
+  // when called (self_comm, a single process without MPI), leaving no request pending.
   void finish(int slot) {
     auto& p = pending_[slot];
-    if (!p.req.pending()) return;
+    if (!p.launched) return;
+    p.launched = false;
     p.req.wait();
     const auto& bk = plan_.buckets()[p.bucket];
     float* acc = state_.grad_shard.data() + bk.shard_offset;
@@ -94,6 +98,7 @@ class grad_reducer {
     request req;
     std::size_t bucket = 0;
     bool first = true;
+    bool launched = false;  // its reduce-scatter was started and its piece not yet added
   };
 
   const bucket_plan& plan_;
