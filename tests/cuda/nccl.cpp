@@ -2,14 +2,17 @@
 // communicator (MPI, or self without MPI) and over the TCP rendezvous of MASTER_ADDR etc.
 // Every collective of size 1 must leave the data as a one-process job defines it.
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <numeric>
 #include <random>
 #include <strata/comm/detail/rendezvous.hpp>
 #include <strata/comm/environment.hpp>
 #include <strata/comm/nccl.hpp>
+#include <strata/comm/self.hpp>
 #include <strata/space/cuda.hpp>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "catch.hpp"
@@ -197,4 +200,44 @@ TEST_CASE("two ranks on one GPU are a config_error naming both, before NCCL's in
   CHECK(has(what, "Start at most one process per GPU"));
   two_ranks apart{.other_gpu = true};
   CHECK_NOTHROW(strata::detail::check_one_process_per_gpu(apart, strata::current_device(), "world_nccl"));
+}
+
+// Rank 0 of a two-rank world whose other rank never comes: its host side (the GPU check's
+// all_gather, the id's broadcast) answers as if it had, and NCCL's init then waits for a
+// rank that is not there, as after a peer that failed before its init.
+struct deserted_rank : strata::self_comm {
+  deserted_rank() : strata::self_comm("deserted") {}
+  int size() const { return 2; }
+  template <class U, class T>
+  void all_gather(std::span<U> in, std::span<T> out) {
+    std::copy(in.begin(), in.end(), out.begin());
+    std::copy(in.begin(), in.end(), out.begin() + static_cast<std::ptrdiff_t>(in.size()));
+    if constexpr (std::is_integral_v<T>) out.back() ^= 1;  // the other rank's GPU
+  }
+  deserted_rank split(int, int) { return deserted_rank(); }
+};
+
+TEST_CASE("a rank that never reaches the init is a comm_error after the time-out, not a hang") {
+  if (strata::detail::nccl_blocking()) {
+    WARN("STRATA_NCCL_BLOCKING=1: a blocking init has no time-out, so this case would wait for ever");
+    return;
+  }
+  deserted_rank host;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string what = comm_error_of([&] {
+    strata::nccl_comm c(host, {.name = "deserted", .timeout = std::chrono::duration<double>(3.0)});
+  });
+  const std::chrono::duration<double> waited = std::chrono::steady_clock::now() - t0;
+  INFO(what);
+  CHECK(has(what, "nccl communicator deserted: ncclCommInitRank (rank 0 of 2, device "));
+  CHECK(has(what, "did not finish within 3 s"));
+  CHECK(waited.count() >= 2.9);
+  CHECK(waited.count() < 60.0);
+  // The process is still usable: a communicator of this rank alone works afterwards.
+  strata::cuda_stream compute;
+  strata::nccl_comm alone(env().world(), {.name = "after_deserted"});
+  strata::cuda_buffer<float> x(16);
+  alone.set_compute_stream(compute.get());
+  alone.all_reduce(x.span());
+  alone.synchronize();
 }

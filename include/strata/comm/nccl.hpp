@@ -23,6 +23,7 @@
 #include "../space/cuda.hpp"
 #include "communicator.hpp"
 #include "detail/lane.hpp"
+#include "detail/nccl_pending.hpp"
 #include "detail/nccl_state.hpp"
 #include "detail/nccl_types.hpp"
 #include "detail/rendezvous.hpp"
@@ -82,7 +83,8 @@ struct nccl_options {
   // LOCAL_RANK (from_env); otherwise this device.
   int device = -1;
   std::string name = "nccl";
-  // How long synchronize() and barrier() wait before aborting; 0: STRATA_COMM_TIMEOUT or 300 s.
+  // How long the init (every rank must reach it), a split, an operation's start and
+  // synchronize() or barrier() wait before aborting; 0: STRATA_COMM_TIMEOUT or 300 s.
   std::chrono::duration<double> timeout{0.0};
 };
 
@@ -317,17 +319,31 @@ class nccl_comm {
   void synchronize() { state().synchronize(); }
 
   // Collective: ranks with the same color form a communicator (ncclCommSplit), ordered
-  // by key then rank. It shares this one's device and compute stream.
+  // by key then rank. It shares this one's device, compute stream, time-out and mode.
   nccl_comm split(int color, int key) {
     expects<comm_error>(color >= 0,
                         [&] { return strata::cat("split of ", name(), ": color ", color, " must be >= 0"); });
     auto& s = state();
+    s.check_async("split");
     device_guard g(s.device());
     ncclComm_t child = nullptr;
-    s.check(ncclCommSplit(s.comm(), color, key, &child, nullptr), "split");
+    const auto deadline = detail::deadline_after(s.timeout());
+    ncclResult_t r = ncclCommSplit(s.comm(), color, key, &child, nullptr);
+    // Non-blocking: the child's init goes on in NCCL, and the parent waits for it too.
+    if (r == ncclInProgress) r = detail::nccl_settle(child, r, deadline);
+    if (r == ncclSuccess) r = detail::nccl_settle(s.comm(), ncclInProgress, deadline);
+    if (r != ncclSuccess) {
+      if (child) (void)ncclCommAbort(child);
+      s.fail_after("split", r);
+    }
     nccl_comm c;
-    c.s_ = std::make_unique<detail::nccl_state>(child, s.device(), s.compute(), strata::cat(s.name(), "/", color),
-                                                s.timeout());
+    try {
+      c.s_ = std::make_unique<detail::nccl_state>(child, s.device(), s.compute(), strata::cat(s.name(), "/", color),
+                                                  s.timeout());
+    } catch (...) {
+      (void)ncclCommAbort(child);
+      throw;
+    }
     return c;
   }
 
@@ -338,12 +354,29 @@ class nccl_comm {
     ncclUniqueId id;
     std::memcpy(&id, id_bytes, sizeof id);
     device_guard g(device);
+    const auto timeout = opt.timeout.count() > 0 ? opt.timeout : detail::default_comm_timeout();
     ncclComm_t comm = nullptr;
-    const ncclResult_t r = ncclCommInitRank(&comm, size, id, rank);
+    ncclConfig_t config = detail::nccl_config();
+    const auto deadline = detail::deadline_after(timeout);
+    ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+    if (r == ncclInProgress) {  // non-blocking: every rank must come before the deadline
+      r = detail::nccl_settle(comm, r, deadline);
+      if (r != ncclSuccess) {
+        std::string why =
+            r == ncclInProgress
+                ? strata::cat("did not finish within ", timeout.count(),
+                              " s: a rank of the communicator never reached its init (it failed or was not started), "
+                              "or the ranks cannot reach each other (NCCL_SOCKET_IFNAME chooses the interface; "
+                              "STRATA_COMM_TIMEOUT sets the time-out)")
+                : strata::cat("failed: ", detail::nccl_error_text(r, comm));
+        (void)ncclCommAbort(comm);
+        throw comm_error(strata::cat("nccl communicator ", opt.name, ": ncclCommInitRank (rank ", rank, " of ", size,
+                                     ", device ", device, ") ", why));
+      }
+    }
     if (r != ncclSuccess)
       throw comm_error(strata::cat("nccl communicator ", opt.name, ": ncclCommInitRank (rank ", rank, " of ", size,
                                    ", device ", device, ") failed: ", detail::nccl_error_text(r)));
-    const auto timeout = opt.timeout.count() > 0 ? opt.timeout : detail::default_comm_timeout();
     try {
       s_ = std::make_unique<detail::nccl_state>(comm, device, opt.compute_stream, std::move(opt.name), timeout);
     } catch (...) {
@@ -364,7 +397,7 @@ class nccl_comm {
     s.check_async(op);
     device_guard g(s.device());
     s.begin();
-    s.check(call(s.comm(), s.stream()), op);
+    s.check(s.settle(call(s.comm(), s.stream()), op), op);
     return request(&s, s.finish(op));
   }
 

@@ -13,6 +13,7 @@
 #include "../../core/buffer.hpp"
 #include "../../space/cuda.hpp"
 #include "../request.hpp"
+#include "nccl_pending.hpp"
 #include "nccl_types.hpp"
 #include "runnable_clock.hpp"
 
@@ -59,11 +60,13 @@ class nccl_state final : public request_source {
       }
     }
     if (comm_aborted_) return;
-    // A communicator that failed cannot be destroyed cleanly: abort it.
-    if (failed_)
-      (void)ncclCommAbort(comm_);
-    else
+    // A communicator that failed cannot be destroyed cleanly: abort it. A healthy one is
+    // finalized first (with every rank: non-blocking, so a peer gone by now costs the
+    // time-out, not a hang), then destroyed.
+    if (!failed_ && nccl_settle(comm_, ncclCommFinalize(comm_), deadline_after(timeout_)) == ncclSuccess)
       (void)ncclCommDestroy(comm_);
+    else
+      (void)ncclCommAbort(comm_);
   }
 
   ncclComm_t comm() const noexcept { return comm_; }
@@ -140,6 +143,22 @@ class nccl_state final : public request_source {
   void check(ncclResult_t r, const char* op) {
     if (r == ncclSuccess) [[likely]]
       return;
+    abort_after_error(r, op);
+  }
+
+  // The final result of a call that returned r: a non-blocking communicator's enqueue
+  // may still be going on (ncclInProgress); past the time-out the communicator is aborted.
+  ncclResult_t settle(ncclResult_t r, const char* op) {
+    if (r != ncclInProgress) [[likely]]
+      return r;
+    r = nccl_settle(comm_, r, deadline_after(timeout_));
+    if (r == ncclInProgress) abort_after_timeout(op);
+    return r;
+  }
+
+  // For a call that failed with r or did not finish (ncclInProgress): aborts and throws.
+  [[noreturn]] void fail_after(const char* op, ncclResult_t r) {
+    if (r == ncclInProgress) abort_after_timeout(op);
     abort_after_error(r, op);
   }
 
