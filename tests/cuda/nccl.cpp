@@ -219,7 +219,8 @@ struct deserted_rank : strata::self_comm {
 
 TEST_CASE("a rank that never reaches the init is a comm_error after the time-out, not a hang") {
   if (strata::detail::nccl_blocking()) {
-    WARN("STRATA_NCCL_BLOCKING=1: a blocking init has no time-out, so this case would wait for ever");
+    WARN("STRATA_NCCL_BLOCKING=1 or NCCL_COMM_BLOCKING=1: a blocking init has no time-out, so this case would wait "
+         "for ever");
     return;
   }
   deserted_rank host;

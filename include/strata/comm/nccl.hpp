@@ -4,7 +4,9 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -329,13 +332,20 @@ class nccl_comm {
     ncclComm_t child = nullptr;
     const auto deadline = detail::deadline_after(s.timeout());
     ncclResult_t r = ncclCommSplit(s.comm(), color, key, &child, nullptr);
-    // Non-blocking: the child's init goes on in NCCL, and the parent waits for it too.
-    if (r == ncclInProgress) r = detail::nccl_settle(child, r, deadline);
-    if (r == ncclSuccess) r = detail::nccl_settle(s.comm(), ncclInProgress, deadline);
-    if (r != ncclSuccess) {
-      if (child) (void)ncclCommAbort(child);
-      s.fail_after("split", r);
+    // Non-blocking: the split runs as the parent's pending job, and NCCL fills in `child`
+    // from its thread when that job ends (then the child's own state settles too).
+    r = detail::nccl_settle(s.comm(), r, deadline);
+    std::atomic_ref<ncclComm_t> filled(child);
+    for (auto pause = std::chrono::microseconds(1); r == ncclSuccess && !filled.load();
+         pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1))) {
+      if (std::chrono::steady_clock::now() > deadline) r = ncclInProgress;
+      std::this_thread::sleep_for(pause);
     }
+    if (r == ncclSuccess) r = detail::nccl_settle(child, ncclInProgress, deadline);
+    if (r != ncclSuccess)  // the parent's abort joins the split's job: only then is the child final
+      s.fail("split", r, [&] {
+        if (ncclComm_t made = filled.load()) (void)ncclCommAbort(made);
+      });
     nccl_comm c;
     try {
       c.s_ = std::make_unique<detail::nccl_state>(child, s.device(), s.compute(), strata::cat(s.name(), "/", color),
@@ -359,6 +369,7 @@ class nccl_comm {
     ncclConfig_t config = detail::nccl_config();
     const auto deadline = detail::deadline_after(timeout);
     ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+    if (r != ncclSuccess && r != ncclInProgress && comm) (void)ncclCommAbort(comm);
     if (r == ncclInProgress) {  // non-blocking: every rank must come before the deadline
       r = detail::nccl_settle(comm, r, deadline);
       if (r != ncclSuccess) {
@@ -380,7 +391,7 @@ class nccl_comm {
     try {
       s_ = std::make_unique<detail::nccl_state>(comm, device, opt.compute_stream, std::move(opt.name), timeout);
     } catch (...) {
-      (void)ncclCommDestroy(comm);
+      (void)ncclCommAbort(comm);  // a destroy would finalize with the other ranks: blocking
       throw;
     }
   }

@@ -14,10 +14,11 @@ namespace strata::detail {
 
 // STRATA_NCCL_BLOCKING=1 makes blocking communicators, NCCL's default, whose init and
 // split wait without a time-out: for telling a fault of NCCL's non-blocking mode from
-// one of strata's.
+// one of strata's. NCCL's own NCCL_COMM_BLOCKING=1 overrides the config the same way.
 inline bool nccl_blocking() {
-  const char* v = std::getenv("STRATA_NCCL_BLOCKING");
-  return v && std::string_view(v) == "1";
+  for (const char* name : {"STRATA_NCCL_BLOCKING", "NCCL_COMM_BLOCKING"})
+    if (const char* v = std::getenv(name); v && std::string_view(v) == "1") return true;
+  return false;
 }
 
 inline ncclConfig_t nccl_config() {

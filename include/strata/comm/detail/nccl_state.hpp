@@ -136,14 +136,14 @@ class nccl_state final : public request_source {
                         [&] { return cat("nccl communicator ", name_, " was aborted after an error"); });
     ncclResult_t r = ncclSuccess;
     STRATA_CHECK_NCCL(ncclCommGetAsyncError(comm_, &r));
-    if (r != ncclSuccess && r != ncclInProgress) abort_after_error(r, op);
+    if (r != ncclSuccess && r != ncclInProgress) fail(op, r);
   }
 
   // Throws a comm_error naming the communicator, rank and operation for a failed call.
   void check(ncclResult_t r, const char* op) {
     if (r == ncclSuccess) [[likely]]
       return;
-    abort_after_error(r, op);
+    fail(op, r);
   }
 
   // The final result of a call that returned r: a non-blocking communicator's enqueue
@@ -152,29 +152,34 @@ class nccl_state final : public request_source {
     if (r != ncclInProgress) [[likely]]
       return r;
     r = nccl_settle(comm_, r, deadline_after(timeout_));
-    if (r == ncclInProgress) abort_after_timeout(op);
+    if (r == ncclInProgress) fail(op, r);
     return r;
   }
 
-  // For a call that failed with r or did not finish (ncclInProgress): aborts and throws.
-  [[noreturn]] void fail_after(const char* op, ncclResult_t r) {
-    if (r == ncclInProgress) abort_after_timeout(op);
-    abort_after_error(r, op);
-  }
-
- private:
-  // Aborts at once, before throwing: NCCL kernels stuck on a dead peer would otherwise stay
-  // on the GPU, and the next cudaFree (a destructor's, while the error unwinds) would wait
-  // on them for ever.
-  [[noreturn]] void abort_after_error(ncclResult_t r, const char* op) {
-    std::string text = nccl_error_text(r, comm_);  // read before the abort frees comm_
+  // For a call that failed with r, or did not finish in time (ncclInProgress): aborts this
+  // communicator at once, since NCCL kernels stuck on a dead peer would otherwise stay on
+  // the GPU and the next cudaFree (a destructor's, while the error unwinds) would wait on
+  // them for ever; then runs `after_abort` (a split's child, which NCCL fills in only once
+  // the parent's abort has joined the split), then throws the comm_error.
+  template <class F>
+  [[noreturn]] void fail(const char* op, ncclResult_t r, F&& after_abort) {
+    // NCCL's text is read before the abort frees comm_.
+    std::string what = r == ncclInProgress
+                           ? cat(" did not finish within ", timeout_.count(),
+                                 " s; the communicator was aborted. A peer rank probably failed or never called it "
+                                 "(STRATA_COMM_TIMEOUT sets the time-out)")
+                           : cat(" failed: ", nccl_error_text(r, comm_), "; the communicator was aborted");
     failed_ = true;
     (void)ncclCommAbort(comm_);
     comm_aborted_ = true;
-    throw comm_error(cat("nccl communicator ", name_, ", rank ", rank_, " of ", size_, ": ", op, " failed: ", text,
-                         "; the communicator was aborted"));
+    after_abort();
+    throw comm_error(cat("nccl communicator ", name_, ", rank ", rank_, " of ", size_, ": ", op, what));
+  }
+  [[noreturn]] void fail(const char* op, ncclResult_t r) {
+    fail(op, r, [] {});
   }
 
+ private:
   // Aborts once the oldest unfinished operation has been able to run for longer than the
   // time-out (runnable_clock): the collectives queued before it and the computation it
   // waits for do not count, so a deep queue of long collectives (a ZeRO-3 step's
@@ -185,17 +190,7 @@ class nccl_state final : public request_source {
     while (oldest_ <= last_ && ring_[oldest_ % ring].done.done()) ++oldest_;
     if (oldest_ > last_) return;
     const slot& s = ring_[oldest_ % ring];
-    if (clock_.runnable_for(oldest_, [&] { return s.ready.done(); }, now) > timeout_) abort_after_timeout(s.op);
-  }
-
-  [[noreturn]] void abort_after_timeout(const char* op) {
-    failed_ = true;
-    (void)ncclCommAbort(comm_);
-    comm_aborted_ = true;
-    throw comm_error(cat("nccl communicator ", name_, ", rank ", rank_, " of ", size_, ": ", op,
-                         " did not finish within ", timeout_.count(),
-                         " s; the communicator was aborted. A peer rank probably failed or never called it "
-                         "(STRATA_COMM_TIMEOUT sets the time-out)"));
+    if (clock_.runnable_for(oldest_, [&] { return s.ready.done(); }, now) > timeout_) fail(s.op, ncclInProgress);
   }
 
   struct slot {
