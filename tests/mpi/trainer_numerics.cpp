@@ -88,6 +88,7 @@ TEST_CASE("the clipped global norm is the single-process norm") {
 namespace {
 std::atomic<int> poison_rank{-1};
 std::atomic<long> poison_call{-1};
+std::atomic<long> poison_calls{1};  // how many backward calls from poison_call on
 std::atomic<long> backward_calls{0};
 float poison_value = std::numeric_limits<float>::infinity();
 
@@ -104,7 +105,8 @@ struct poison_layer {
     dx.resize(dy.shape());
     std::copy_n(dy.data(), dy.numel(), dx.data());
     const long call = backward_calls++;
-    if (environment().rank() == poison_rank && call == poison_call) w.grad()[0] = poison_value;
+    if (environment().rank() == poison_rank && call >= poison_call && call < poison_call + poison_calls)
+      w.grad()[0] = poison_value;
   }
 };
 
@@ -167,6 +169,51 @@ TEST_CASE("fp32: a NaN gradient is a reported, skipped step, never trained on") 
   poison_value = std::numeric_limits<float>::infinity();
   CHECK(r.skipped == std::vector<long>{2});
   for (float w : r.master) REQUIRE(std::isfinite(w));
+}
+
+// A static loss scale cannot make a gradient finite again: skipped steps in a row end
+// the run (every rank throws at the same step), and the message says which steps, the
+// loss and the scale; a lone skipped step does not.
+TEST_CASE("fp32: max_consecutive_skips skipped steps in a row end the run with what happened") {
+  environment env;
+  grid g(env.world());
+  test::mlp_setup s;
+  s.steps = 12;
+  poison_value = std::numeric_limits<float>::quiet_NaN();
+  poison_rank = g.dp_size() - 1;  // one rank's gradient only
+  auto run = [&](long first_call, long calls, int limit) {
+    poison_call = first_call;
+    poison_calls = calls;
+    backward_calls = 0;
+    s.opts.max_consecutive_skips = limit;
+    std::string what;
+    test::mlp_result r;
+    try {
+      r = test::run_mlp<zero<2>>(g, s, make_poisoned(s.shape));
+    } catch (const strata::error& e) {
+      what = e.what();
+    }
+    return std::pair{what, r};
+  };
+  // From step 3 on every step's gradient is NaN: the default 5 ends the run at step 7.
+  auto [what, r] = run(2, 100, 5);
+  CHECK_THAT(what, Catch::Contains("step 7: no update for 5 steps in a row (steps 3-7)") &&
+                       Catch::Contains("at the static loss scale 1 of fp32") &&
+                       Catch::Contains("The loss is finite, so the backward pass overflows") &&
+                       Catch::Contains("max_consecutive_skips (5; 0: never stop)"));
+  // 0: skipped for ever, as before, and never trained on.
+  std::tie(what, r) = run(2, 100, 0);
+  CHECK(what.empty());
+  CHECK(r.skipped == std::vector<long>{3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  // One bad step among good ones is skipped and the run goes on; at a limit of 1 it ends it.
+  std::tie(what, r) = run(4, 1, 2);
+  CHECK(what.empty());
+  CHECK(r.skipped == std::vector<long>{5});
+  std::tie(what, r) = run(4, 1, 1);
+  CHECK_THAT(what, Catch::Contains("step 5: no update for 1 steps in a row (steps 5-5)"));
+  poison_rank = -1;
+  poison_calls = 1;
+  poison_value = std::numeric_limits<float>::infinity();
 }
 
 TEST_CASE("the memory report follows the ZeRO formulas") {

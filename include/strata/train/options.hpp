@@ -37,6 +37,13 @@ struct trainer_options {
   // inside the all-gather that needs it (prefetched as gathers are). On the host the
   // params already live in host memory, so nothing changes there. ZeRO-3 only.
   bool offload_params = false;
+  // A step whose gradients are not finite is skipped. At a static loss scale (fp32, bf16,
+  // a fixed fp16 loss_scale) nothing changes from one step to the next that could make
+  // them finite again, so after this many skipped steps in a row the step throws a
+  // strata::error saying what went wrong (the loss too, or only the gradients) instead
+  // of training on for nothing. 0: skip for ever. A dynamic fp16 scale stops at its
+  // minimum instead (loss_scaler_options::raise_error_at_min_scale), as DeepSpeed's does.
+  int max_consecutive_skips = 5;
 
   void validate() const {
     expects<config_error>(micro_batches >= 1,
@@ -45,6 +52,8 @@ struct trainer_options {
     expects<config_error>(std::isfinite(max_grad_norm) && max_grad_norm >= 0.0f,
                           strata::cat("max_grad_norm (gradient_clipping) must be >= 0, got ", max_grad_norm));
     expects<config_error>(bucket_elems >= 1, "bucket_elems (reduce_bucket_size) must be >= 1");
+    expects<config_error>(max_consecutive_skips >= 0,
+                          strata::cat("max_consecutive_skips must be >= 0 (0: never stop), got ", max_consecutive_skips));
     schedule.validate();
   }
 };

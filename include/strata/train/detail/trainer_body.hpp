@@ -142,6 +142,7 @@ class trainer_body {
       s.skipped = true;
       counters_.skipped.push_back(s.step);
       dev_.eng->fill(state_.grad_shard.data(), state_.grad_shard.size(), 0.0f);
+      check_skips_in_a_row(s);
     } else {
       const float coef = clip_coefficient(s.grad_norm, opts_.max_grad_norm);
       trace_scope opt(trace_track::optimizer, Optimizer::name);
@@ -207,13 +208,37 @@ class trainer_body {
   std::pair<std::size_t, std::size_t> stage_layers() const noexcept { return {params_.first_layer, params_.end_layer}; }
 
  private:
-  // fp16 uses the dynamic scaler; other precisions a static scale of 1, which still
-  // turns a non-finite gradient into a skipped step.
+  // At a static loss scale nothing would make the gradients finite again: after
+  // max_consecutive_skips skipped steps in a row, the run stops saying why. Every rank
+  // decides alike (the verdict is the all-reduced norm), so every rank throws here.
+  void check_skips_in_a_row(const step_stats& s) const {
+    const long limit = opts_.max_consecutive_skips;
+    if (limit <= 0 || counters_.scaler.dynamic()) return;
+    const auto& k = counters_.skipped;
+    long run = 0;
+    while (run < static_cast<long>(k.size()) && k[k.size() - 1 - static_cast<std::size_t>(run)] == s.step - run) ++run;
+    if (run < limit) return;
+    const bool loss_bad = !std::isfinite(s.loss);
+    throw error(cat("step ", s.step, ": no update for ", run, " steps in a row (steps ", s.step - run + 1, "-", s.step,
+                    "): the gradients were not finite (grad norm ", s.grad_norm, ", loss ", s.loss,
+                    ") at the static loss scale ", s.loss_scale, " of ", Precision::name,
+                    ", which cannot make them finite again. ",
+                    loss_bad ? "The loss is not finite either, so the weights (or this data) no longer give finite "
+                               "values. "
+                             : "The loss is finite, so the backward pass overflows. ",
+                    "Lower the lr (now ", s.lr, "), add gradient clipping (gradient_clipping), check the data, or "
+                    "resume from a checkpoint saved before step ", s.step - run + 1,
+                    "; trainer_options::max_consecutive_skips (", limit,
+                    "; 0: never stop) sets how many skips in a row end the run"));
+  }
+
   void count_activations(std::size_t live_before) {
     const std::size_t now = Space::counters().live.load();
     if (now > live_before) activations_ += now - live_before;
   }
 
+  // fp16 uses the dynamic scaler; other precisions a static scale of 1, which still
+  // turns a non-finite gradient into a skipped step.
   static loss_scaler make_loss_scaler(const trainer_options& o) {
     if constexpr (Precision::uses_loss_scaling) return loss_scaler(o.loss_scaler);
     loss_scaler_options fixed;
