@@ -169,6 +169,9 @@ TEST_CASE("fp32: a NaN gradient is a reported, skipped step, never trained on") 
   poison_value = std::numeric_limits<float>::infinity();
   CHECK(r.skipped == std::vector<long>{2});
   for (float w : r.master) REQUIRE(std::isfinite(w));
+  // Where: the poisoned param, named on every rank (its gradient is on rank 0 alone).
+  CHECK(r.stats[1].nonfinite_param == "poison.w");
+  CHECK(r.stats[0].nonfinite_param.empty());
 }
 
 // A static loss scale cannot make a gradient finite again: skipped steps in a row end
@@ -198,7 +201,7 @@ TEST_CASE("fp32: max_consecutive_skips skipped steps in a row end the run with w
   // From step 3 on every step's gradient is NaN: the default 5 ends the run at step 7.
   auto [what, r] = run(2, 100, 5);
   CHECK_THAT(what, Catch::Contains("step 7: no update for 5 steps in a row (steps 3-7)") &&
-                       Catch::Contains("at the static loss scale 1 of fp32") &&
+                       Catch::Contains("; the first in poison.w) at the static loss scale 1 of fp32") &&
                        Catch::Contains("The loss is finite, so the backward pass overflows") &&
                        Catch::Contains("max_consecutive_skips (5; 0: never stop)"));
   // 0: skipped for ever, as before, and never trained on.

@@ -92,7 +92,7 @@ class progress_log {
     if (mfu > 0) mfus_.push_back(mfu);
     const double eta = detail::median_of(seconds_) * static_cast<double>(std::max(0L, total_steps - s.step));
     if (!o_.quiet && (s.step % std::max(1L, o_.every) == 0 || s.step == total_steps)) {
-      char line[320];
+      char line[448];
       std::snprintf(line, sizeof line,
                     "step %4ld/%ld  loss %.6f  lr %.3e  grad_norm %.4e  scale %g  %9.4g %s/s%s  mem %.0f MiB (rank "
                     "%zu)  idle %.1f%%  ETA %s  %d thread%s%s",
@@ -100,7 +100,10 @@ class progress_log {
                     static_cast<double>(s.loss_scale), rate, tokens ? "tokens" : "samples",
                     mfu > 0 ? cat("  MFU ", fixed1(100 * mfu), "%").c_str() : "", all[top * per] / mib, top, 100 * idle,
                     detail::eta_text(eta).c_str(), s.host_threads, s.host_threads == 1 ? "" : "s",
-                    s.skipped ? "  [skipped: non-finite gradients]" : "");
+                    s.skipped ? cat("  [skipped: non-finite gradients",
+                                    s.nonfinite_param.empty() ? "" : cat(", the first in ", s.nonfinite_param), "]")
+                                    .c_str()
+                              : "");
       std::printf("%s\n", line);
       std::fflush(stdout);
     }
@@ -115,6 +118,7 @@ class progress_log {
                           {tokens ? "tokens_per_s" : "samples_per_s", rate},
                           {"host_threads", s.host_threads}};
       if (mfu > 0) j["mfu"] = mfu;
+      if (s.skipped) j["nonfinite_param"] = s.nonfinite_param;
       nlohmann::json rs = nlohmann::json::array();
       for (std::size_t r = 0; r < ranks(); ++r)
         rs.push_back({{"rank", r},

@@ -16,6 +16,10 @@ struct step_stats {
   float lr = 0;              // learning rate used (or that would have been used)
   float loss_scale = 1;      // fp16 dynamic loss scale in force for this step
   bool skipped = false;      // non-finite gradients: no update on any rank
+  // When skipped: the first param, in layout order over every rank, whose gradient held
+  // an inf or a NaN (its dotted name, as in checkpoints), or "" when none did (the loss
+  // alone was not finite).
+  std::string nonfinite_param;
   double seconds = 0;        // wall time of the step
   double idle_seconds = 0;   // time this rank waited for pipeline neighbours
   double samples_per_s = 0;  // global batch rows / seconds

@@ -140,6 +140,7 @@ class trainer_body {
     const bool overflow = !std::isfinite(sq) || !std::isfinite(s.loss);
     if (!counters_.scaler.update(overflow)) {
       s.skipped = true;
+      s.nonfinite_param = first_nonfinite_param();  // before the gradients are zeroed
       counters_.skipped.push_back(s.step);
       dev_.eng->fill(state_.grad_shard.data(), state_.grad_shard.size(), 0.0f);
       check_skips_in_a_row(s);
@@ -221,6 +222,7 @@ class trainer_body {
     const bool loss_bad = !std::isfinite(s.loss);
     throw error(cat("step ", s.step, ": no update for ", run, " steps in a row (steps ", s.step - run + 1, "-", s.step,
                     "): the gradients were not finite (grad norm ", s.grad_norm, ", loss ", s.loss,
+                    s.nonfinite_param.empty() ? std::string() : cat("; the first in ", s.nonfinite_param),
                     ") at the static loss scale ", s.loss_scale, " of ", Precision::name,
                     ", which cannot make them finite again. ",
                     loss_bad ? "The loss is not finite either, so the weights (or this data) no longer give finite "
@@ -230,6 +232,33 @@ class trainer_body {
                     "resume from a checkpoint saved before step ", s.step - run + 1,
                     "; trainer_options::max_consecutive_skips (", limit,
                     "; 0: never stop) sets how many skips in a row end the run"));
+  }
+
+  // The first param, in layout order over every rank, whose gradient holds an inf or a
+  // NaN: each rank checks its shard's piece of each of its params in turn (a squared sum
+  // is finite exactly when every term is), and the smallest index over the groups wins.
+  // Only on a skipped step, which every rank takes together, so the all-reduces match.
+  std::string first_nonfinite_param() {
+    const auto& ps = layout_.params();
+    std::int64_t first = static_cast<std::int64_t>(ps.size());
+    std::vector<index_range> runs;
+    for (std::size_t i : params_.mine) {
+      const std::size_t lo = params_.offset[i], hi = lo + ps[i].numel;
+      runs.clear();
+      for (const auto& b : plan_.buckets()) {
+        const std::size_t pb = b.piece_begin(state_.rank), pe = pb + b.piece;
+        const std::size_t from = lo > pb ? lo : pb, to = hi < pe ? hi : pe;
+        if (from < to) runs.push_back({b.shard_offset + (from - pb), b.shard_offset + (to - pb)});
+      }
+      if (!runs.empty() && !std::isfinite(dev_.eng->sum_squares(state_.grad_shard.data(), runs))) {
+        first = static_cast<std::int64_t>(i);
+        break;
+      }
+    }
+    dp_.all_reduce(std::span<std::int64_t>(&first, 1), reduce_op::min);
+    if (grid_.tp_size() > 1) grid_.tensor().all_reduce(std::span<std::int64_t>(&first, 1), reduce_op::min);
+    if (grid_.pp_size() > 1) grid_.pipeline().all_reduce(std::span<std::int64_t>(&first, 1), reduce_op::min);
+    return first < static_cast<std::int64_t>(ps.size()) ? ps[static_cast<std::size_t>(first)].name : std::string();
   }
 
   void count_activations(std::size_t live_before) {
