@@ -198,6 +198,18 @@ struct sharded_state {
     }
   }
 
+  // The runs of this rank's grad shard that hold the padded range [lo, hi).
+  std::vector<std::pair<std::size_t, std::size_t>> shard_runs_inside(const bucket_plan& plan, std::size_t lo,
+                                                                     std::size_t hi) const {
+    std::vector<std::pair<std::size_t, std::size_t>> out;
+    for (const auto& b : plan.buckets()) {
+      const std::size_t pb = b.piece_begin(rank), pe = pb + b.piece;
+      const std::size_t s = lo > pb ? lo : pb, e = hi < pe ? hi : pe;
+      if (s < e) out.push_back({b.shard_offset + (s - pb), b.shard_offset + (e - pb)});
+    }
+    return out;
+  }
+
   // The runs of this rank's grad shard outside the given padded ranges (sorted, disjoint).
   std::vector<std::pair<std::size_t, std::size_t>> shard_runs_outside(
       const bucket_plan& plan, const std::vector<std::pair<std::size_t, std::size_t>>& excluded) const {

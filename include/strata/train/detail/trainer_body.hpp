@@ -241,15 +241,8 @@ class trainer_body {
   std::string first_nonfinite_param() {
     const auto& ps = layout_.params();
     std::int64_t first = static_cast<std::int64_t>(ps.size());
-    std::vector<index_range> runs;
     for (std::size_t i : params_.mine) {
-      const std::size_t lo = params_.offset[i], hi = lo + ps[i].numel;
-      runs.clear();
-      for (const auto& b : plan_.buckets()) {
-        const std::size_t pb = b.piece_begin(state_.rank), pe = pb + b.piece;
-        const std::size_t from = lo > pb ? lo : pb, to = hi < pe ? hi : pe;
-        if (from < to) runs.push_back({b.shard_offset + (from - pb), b.shard_offset + (to - pb)});
-      }
+      const auto runs = state_.shard_runs_inside(plan_, params_.offset[i], params_.offset[i] + ps[i].numel);
       if (!runs.empty() && !std::isfinite(dev_.eng->sum_squares(state_.grad_shard.data(), runs))) {
         first = static_cast<std::int64_t>(i);
         break;
