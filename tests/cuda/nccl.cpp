@@ -219,15 +219,15 @@ struct deserted_rank : strata::self_comm {
 
 TEST_CASE("a rank that never reaches the init is a comm_error after the time-out, not a hang") {
   if (strata::detail::nccl_blocking()) {
-    WARN("STRATA_NCCL_BLOCKING=1 or NCCL_COMM_BLOCKING=1: a blocking init has no time-out, so this case would wait "
-         "for ever");
+    WARN(
+        "STRATA_NCCL_BLOCKING=1 or NCCL_COMM_BLOCKING=1: a blocking init has no time-out, so this case would wait "
+        "for ever");
     return;
   }
   deserted_rank host;
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string what = comm_error_of([&] {
-    strata::nccl_comm c(host, {.name = "deserted", .timeout = std::chrono::duration<double>(3.0)});
-  });
+  const std::string what = comm_error_of(
+      [&] { strata::nccl_comm c(host, {.name = "deserted", .timeout = std::chrono::duration<double>(3.0)}); });
   const std::chrono::duration<double> waited = std::chrono::steady_clock::now() - t0;
   INFO(what);
   CHECK(has(what, "nccl communicator deserted: ncclCommInitRank (rank 0 of 2, device "));

@@ -52,8 +52,9 @@ struct trainer_options {
     expects<config_error>(std::isfinite(max_grad_norm) && max_grad_norm >= 0.0f,
                           strata::cat("max_grad_norm (gradient_clipping) must be >= 0, got ", max_grad_norm));
     expects<config_error>(bucket_elems >= 1, "bucket_elems (reduce_bucket_size) must be >= 1");
-    expects<config_error>(max_consecutive_skips >= 0,
-                          strata::cat("max_consecutive_skips must be >= 0 (0: never stop), got ", max_consecutive_skips));
+    expects<config_error>(
+        max_consecutive_skips >= 0,
+        strata::cat("max_consecutive_skips must be >= 0 (0: never stop), got ", max_consecutive_skips));
     schedule.validate();
   }
 };

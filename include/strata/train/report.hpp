@@ -10,12 +10,12 @@
 namespace strata {
 
 struct step_stats {
-  long step = 0;             // 1-based number of this optimizer step (skipped ones count)
-  float loss = 0;            // mean over the global batch
-  double grad_norm = 0;      // global L2 norm of the averaged, unscaled gradient (before clipping)
-  float lr = 0;              // learning rate used (or that would have been used)
-  float loss_scale = 1;      // fp16 dynamic loss scale in force for this step
-  bool skipped = false;      // non-finite gradients: no update on any rank
+  long step = 0;         // 1-based number of this optimizer step (skipped ones count)
+  float loss = 0;        // mean over the global batch
+  double grad_norm = 0;  // global L2 norm of the averaged, unscaled gradient (before clipping)
+  float lr = 0;          // learning rate used (or that would have been used)
+  float loss_scale = 1;  // fp16 dynamic loss scale in force for this step
+  bool skipped = false;  // non-finite gradients: no update on any rank
   // When skipped: the first param, in layout order over every rank, whose gradient held
   // an inf or a NaN (its dotted name, as in checkpoints), or "" when none did (the loss
   // alone was not finite).

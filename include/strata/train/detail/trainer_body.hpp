@@ -228,9 +228,10 @@ class trainer_body {
                     loss_bad ? "The loss is not finite either, so the weights (or this data) no longer give finite "
                                "values. "
                              : "The loss is finite, so the backward pass overflows. ",
-                    "Lower the lr (now ", s.lr, "), add gradient clipping (gradient_clipping), check the data, or "
-                    "resume from a checkpoint saved before step ", s.step - run + 1,
-                    "; trainer_options::max_consecutive_skips (", limit,
+                    "Lower the lr (now ", s.lr,
+                    "), add gradient clipping (gradient_clipping), check the data, or "
+                    "resume from a checkpoint saved before step ",
+                    s.step - run + 1, "; trainer_options::max_consecutive_skips (", limit,
                     "; 0: never stop) sets how many skips in a row end the run"));
   }
 
