@@ -91,6 +91,13 @@ class engine<cuda> {
   // An NCCL communicator over the processes of `host` (collective over it), ordered
   // against this engine's stream: its operations wait for the work queued so far, and
   // waiting on one orders later work after it without blocking the host.
+  // Collective over `world`, before any NCCL init: two ranks on one GPU are the same
+  // config_error on every rank, naming both. (Each communicator checks its own group
+  // too, but ranks of other groups would then wait in their init for the time-out.)
+  template <class HostComm>
+  void check_one_process_per_gpu(HostComm& world) {
+    strata::detail::check_one_process_per_gpu(world, current_device(), "world");
+  }
   template <class HostComm>
   nccl_comm make_comm(HostComm& host, const char* name) {
     nccl_options o;

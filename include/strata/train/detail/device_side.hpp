@@ -25,17 +25,20 @@ struct device_side {
 
   // Makes the engine for buffers of up to `largest` elements, and the communicators: on
   // the host the grid's own; on a GPU, NCCL communicators over the same processes
-  // (collective over data, then tensor). The context gets the
+  // (collective over the world, which must have one GPU per rank, then data, then
+  // tensor). The context gets the
   // engine's executor and the tensor-parallel communicator, and on a GPU the engine's
   // deferred id checks and GEMMs on Compute operands (tensor cores for 16 bits).
   template <class Compute, class HostComm, class Ctx>
-  void start(std::size_t largest, HostComm& data, HostComm& tensor, Ctx& ctx) {
+  void start(std::size_t largest, HostComm& world, HostComm& data, HostComm& tensor, Ctx& ctx) {
     eng = std::make_unique<engine_t>(largest);
     if constexpr (std::is_same_v<comm_t, HostComm>) {
+      (void)world;
       dp = &data;
       ctx.set_tp(&tensor);
     } else {
       eng->template use_gemm_operands<Compute>();
+      eng->check_one_process_per_gpu(world);
       dp_own.emplace(eng->make_comm(data, "data"));
       dp = &*dp_own;
       // Also at tp = 1, so that a layer sees a (size-1) tensor group in both spaces.

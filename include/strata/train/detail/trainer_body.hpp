@@ -84,7 +84,8 @@ class trainer_body {
     table_ = make_layer_table<ctx_t>(model_, static_cast<std::size_t>(opts_.micro_batches), opts_.recompute);
     params_.choose_layers(layout_, opts_.pipeline_cuts, grid_.pp_size(), grid_.pp_rank());
     plan_ = bucket_plan(layout_, dp_.size(), opts_.bucket_elems, params_.first_layer, params_.end_layer);
-    dev_.template start<typename types::compute_t>(plan_.shard_size(), dp_, grid_.tensor(), driver_.ctx());
+    dev_.template start<typename types::compute_t>(plan_.shard_size(), grid_.world(), dp_, grid_.tensor(),
+                                                   driver_.ctx());
     // On the host the params already live in host memory: offload_params moves nothing.
     state_.allocate(plan_, stage, Optimizer::state_slots, Precision::is_mixed, dp_.rank(),
                     opts_.offload_params && !types::on_host);
