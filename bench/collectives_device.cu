@@ -18,9 +18,11 @@
 // a time is the maximum over ranks, and the ratio is the median over iterations of
 // raw time / strata time (= busbw strata / busbw raw).
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -85,12 +87,17 @@ double bus_factor(op o, int n) {
 // from rank 0 over the host world, ncclCommInitRank, ncclCommDestroy).
 class raw_nccl {
  public:
-  raw_nccl(strata::world_comm& host, int device) {
+  // blocking = false: NCCL's non-blocking mode, which nccl_comm uses for its time-outs.
+  raw_nccl(strata::world_comm& host, int device, bool blocking = true) {
     ncclUniqueId id{};
     if (host.rank() == 0) STRATA_CHECK_NCCL(ncclGetUniqueId(&id));
     host.broadcast(std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(&id), sizeof id), 0);
     strata::device_guard g(device);
-    STRATA_CHECK_NCCL(ncclCommInitRank(&comm_, host.size(), id, host.rank()));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = blocking ? 1 : 0;
+    ncclResult_t r = ncclCommInitRankConfig(&comm_, host.size(), id, host.rank(), &config);
+    r = strata::detail::nccl_settle(comm_, r, strata::detail::deadline_after(std::chrono::seconds(60)));
+    STRATA_CHECK_NCCL(r);
   }
   raw_nccl(const raw_nccl&) = delete;
   raw_nccl& operator=(const raw_nccl&) = delete;
@@ -102,6 +109,73 @@ class raw_nccl {
  private:
   ncclComm_t comm_ = nullptr;
 };
+
+// Where a small collective's time goes beyond raw NCCL's: each row adds one thing that
+// nccl_comm does per call to a raw ncclAllReduce (in place, `count` floats), timed as
+// `calls` calls back to back: host microseconds per call (the enqueue, no sync) and
+// device-timeline microseconds per call (events on the compute stream around the loop,
+// which include the host's enqueue time whenever the GPU waits for it).
+void per_call_breakdown(strata::nccl_comm& comm, strata::world_comm& host, float* a, std::size_t count, int calls,
+                        cudaStream_t cs) {
+  const raw_nccl blocking(host, comm.device()), nonblocking(host, comm.device(), false);
+  strata::cuda_stream side;
+  strata::cuda_event ready, done, start(strata::cuda_event::timing::on), stop(strata::cuda_event::timing::on);
+  auto raw_on = [&](const raw_nccl& r, cudaStream_t s) {
+    ncclResult_t e = ncclAllReduce(a, a, count, ncclFloat32, ncclSum, r.get(), s);
+    STRATA_CHECK_NCCL(strata::detail::nccl_settle(r.get(), e, strata::detail::deadline_after(std::chrono::seconds(60))));
+  };
+  auto hop = [&](auto&& enqueue) {  // the two event hops nccl_comm makes between its streams
+    ready.record(cs);
+    side.wait(ready);
+    enqueue(side.get());
+    done.record(side);
+    strata::stream_wait(cs, done);
+  };
+  struct row {
+    const char* what;
+    std::function<void()> call;
+  };
+  const std::vector<row> rows{
+      {"raw NCCL on the compute stream", [&] { raw_on(blocking, cs); }},
+      {"+ non-blocking communicator", [&] { raw_on(nonblocking, cs); }},
+      {"+ cudaPointerGetAttributes", [&] {
+         cudaPointerAttributes at{};
+         STRATA_CHECK_CUDA(cudaPointerGetAttributes(&at, a));
+         raw_on(nonblocking, cs);
+       }},
+      {"+ ncclCommGetAsyncError", [&] {
+         ncclResult_t st = ncclSuccess;
+         STRATA_CHECK_NCCL(ncclCommGetAsyncError(nonblocking.get(), &st));
+         raw_on(nonblocking, cs);
+       }},
+      {"raw NCCL on a side stream, two event hops", [&] { hop([&](cudaStream_t s) { raw_on(blocking, s); }); }},
+      {"strata nccl_comm::all_reduce", [&] { comm.all_reduce(std::span(a, count)); }},
+  };
+  if (host.rank() == 0)
+    std::printf("\n# per-call breakdown: all_reduce of %zu floats in place, %d calls back to back, median of 5\n"
+                "# %-44s %12s %14s\n",
+                count, calls, "what", "host us/call", "device us/call");
+  for (const row& r : rows) {
+    std::vector<double> host_us, device_us;
+    for (int rep = 0; rep < 6; ++rep) {
+      comm.barrier();
+      strata::wait_stream(cs);
+      start.record(cs);
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < calls; ++i) r.call();
+      const auto t1 = std::chrono::steady_clock::now();
+      stop.record(cs);
+      stop.synchronize();
+      if (rep == 0) continue;  // warm-up
+      host_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / calls);
+      device_us.push_back(1e3 * static_cast<double>(elapsed_ms(start, stop)) / calls);
+    }
+    double t[2] = {median(host_us), median(device_us)};
+    host.all_reduce(std::span<double>(t, 2), strata::reduce_op::max);
+    if (host.rank() == 0) std::printf("  %-44s %12.2f %14.2f\n", r.what, t[0], t[1]);
+  }
+  std::fflush(stdout);
+}
 
 }  // namespace
 
@@ -221,6 +295,7 @@ int strata_bench::run_collectives_cuda(int argc, char** argv) {
                     median(big_ratios), *std::min_element(big_ratios.begin(), big_ratios.end()));
       std::fflush(stdout);
     }
+    per_call_breakdown(comm, env.world(), a.data(), 256, 2000, cs);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "collectives --device cuda (rank %d): %s\n", env.rank(), e.what());

@@ -43,7 +43,7 @@ TEST_CASE("hash and export stream: no rank holds the model, and the file is the 
   CHECK(grew < model_bytes / 2);
   // A directory that is not there: rank 0 cannot write, and every rank hears so.
   CHECK_THROWS_WITH(export_safetensors(tr, dir.path / "missing" / "model.safetensors"),
-                    Catch::Contains(w.rank() == 0 ? "cannot create temporary file" : "world rank 0 failed"));
+                    strata_test::contains_text(w.rank() == 0 ? "cannot create temporary file" : "world rank 0 failed"));
 
   // What was written is the model (gathered now, after the measurement).
   const std::vector<float> master = tr.gather_master();
@@ -74,7 +74,7 @@ TEST_CASE("a Hugging Face directory written piece by piece, out of order, across
     out.write(1, 0, c);
     out.write(0, 100, std::span<const float>(a).subspan(100));
     // Incomplete: the directory is not there yet, and commit says which tensor lacks bytes.
-    CHECK_THROWS_WITH(out.commit(), Catch::Contains("tensor \"a\" got 800 of its 1200 bytes"));
+    CHECK_THROWS_WITH(out.commit(), strata_test::contains_text("tensor \"a\" got 800 of its 1200 bytes"));
     CHECK(!std::filesystem::exists(dir));
   }
   CHECK(!std::filesystem::exists(dir.parent_path() / ("." + dir.filename().string() + ".tmp")));
@@ -83,7 +83,7 @@ TEST_CASE("a Hugging Face directory written piece by piece, out of order, across
     out.write(0, 100, std::span<const float>(a).subspan(100));
     out.write(1, 0, c);
     out.write(0, 0, std::span<const float>(a).first(100));
-    CHECK_THROWS_WITH(out.write(1, 40, c), Catch::Contains("tensor \"c\" has 200 bytes; given 200 at byte 160"));
+    CHECK_THROWS_WITH(out.write(1, 40, c), strata_test::contains_text("tensor \"c\" has 200 bytes; given 200 at byte 160"));
     out.commit();
   }
   const auto files = hf_weights::open(dir);

@@ -147,7 +147,7 @@ TEST_CASE("qwen2 config: transformers 5.x's file, and the keys that are refused"
   const auto refused = [&](const char* key, nlohmann::json v, const char* says) {
     auto bad = cfg.to_json();
     bad[key] = v;
-    CHECK_THROWS_WITH(models::qwen2_config::from_json(bad, "dir/config.json"), Catch::Contains(says));
+    CHECK_THROWS_WITH(models::qwen2_config::from_json(bad, "dir/config.json"), strata_test::contains_text(says));
   };
   refused("model_type", "llama", "model_type is \"llama\"");
   refused("use_sliding_window", true, "use_sliding_window is true");
@@ -155,14 +155,14 @@ TEST_CASE("qwen2 config: transformers 5.x's file, and the keys that are refused"
   refused("rope_scaling", {{"rope_type", "yarn"}}, "rope_scaling of type \"yarn\"");
   refused("num_key_value_heads", 3, "num_attention_heads 4 is not a multiple of num_key_value_heads 3");
   refused("vocab_size", "64", "vocab_size must be");
-  CHECK_THROWS_WITH(models::qwen2_config::load(fixture_dir / "nothing"), Catch::Contains("cannot open"));
+  CHECK_THROWS_WITH(models::qwen2_config::load(fixture_dir / "nothing"), strata_test::contains_text("cannot open"));
   // A layout the sizes do not fit: the file and the key named.
   CHECK_THROWS_WITH(models::make_qwen2(cfg, 0, 3),
-                    Catch::Contains("qwen2_tiny/config.json: num_key_value_heads 2 does not divide over 3"));
+                    strata_test::contains_text("qwen2_tiny/config.json: num_key_value_heads 2 does not divide over 3"));
   auto odd = cfg;
   odd.vocab_size = 63;
   CHECK_THROWS_WITH(models::make_qwen2(odd, 0, 2),
-                    Catch::Contains("config.json: vocab_size 63 does not divide over 2"));
+                    strata_test::contains_text("config.json: vocab_size 63 does not divide over 2"));
 }
 
 TEST_CASE("qwen2 from transformers' files: logits, loss, and the weights after 3 AdamW steps") {
@@ -263,7 +263,7 @@ TEST_CASE("qwen2 directories that do not fit are refused, naming the file and th
   models::export_qwen2(tr, out.path / "good", cfg, dtype::f32, 20000);
   const auto refused = [&](const fs::path& dir, const std::string& says) {
     qwen2_trainer<replicated> t(g, models::make_qwen2(cfg), options());
-    CHECK_THROWS_WITH(models::load_qwen2_weights(t, dir), Catch::Contains(says));
+    CHECK_THROWS_WITH(models::load_qwen2_weights(t, dir), strata_test::contains_text(says));
   };
   // A shard the index lists, missing.
   fs::copy(out.path / "good", out.path / "missing", fs::copy_options::recursive);
@@ -279,13 +279,13 @@ TEST_CASE("qwen2 directories that do not fit are refused, naming the file and th
   bigger.intermediate_size = 64;
   qwen2_trainer<replicated> tb(g, models::make_qwen2(bigger), options());
   CHECK_THROWS_WITH(models::load_qwen2_weights(tb, fixture_dir),
-                    Catch::Contains("tensor \"model.layers.0.mlp.gate_proj.weight\" has shape [48, 32]"));
+                    strata_test::contains_text("tensor \"model.layers.0.mlp.gate_proj.weight\" has shape [48, 32]"));
   // A model with fewer layers: the file has tensors it cannot place.
   auto fewer = cfg;
   fewer.num_hidden_layers = 1;
   qwen2_trainer<replicated> tf(g, models::make_qwen2(fewer), options());
   CHECK_THROWS_WITH(models::load_qwen2_weights(tf, fixture_dir),
-                    Catch::Contains("\"model.layers.1.input_layernorm.weight\" is not a param of this Qwen2 model"));
+                    strata_test::contains_text("\"model.layers.1.input_layernorm.weight\" is not a param of this Qwen2 model"));
   // No weights at all.
   fs::create_directories(out.path / "empty");
   refused(out.path / "empty", "no model.safetensors and no model.safetensors.index.json");
@@ -433,11 +433,11 @@ TEST_CASE("recomputed decoder layers: the same bits with one layer's activations
     trainer_options o = options();
     o.recompute = {"blocks"};
     CHECK_THROWS_WITH(loaded_qwen2<replicated>(g, cfg, o),
-                      Catch::Contains("recompute names \"blocks\", which is no layer of the model") &&
-                          Catch::Contains("layers.0, layers.1"));
+                      strata_test::contains_text("recompute names \"blocks\", which is no layer of the model") &&
+                          strata_test::contains_text("layers.0, layers.1"));
     o.recompute = {"loss"};
     CHECK_THROWS_WITH(loaded_qwen2<replicated>(g, cfg, o),
-                      Catch::Contains("recompute names the model's last layer loss"));
+                      strata_test::contains_text("recompute names the model's last layer loss"));
   } else {
     check(grid_dims{}, type_tag<zero<3>>{}, 1, "dp 4, ZeRO-3");
     check(grid_dims{.tensor = 2}, type_tag<zero<2>>{}, 1, "tp 2 x dp 2, ZeRO-2");

@@ -200,10 +200,10 @@ TEST_CASE("fp32: max_consecutive_skips skipped steps in a row end the run with w
   };
   // From step 3 on every step's gradient is NaN: the default 5 ends the run at step 7.
   auto [what, r] = run(2, 100, 5);
-  CHECK_THAT(what, Catch::Contains("step 7: no update for 5 steps in a row (steps 3-7)") &&
-                       Catch::Contains("; the first in poison.w) at the static loss scale 1 of fp32") &&
-                       Catch::Contains("The loss is finite, so the backward pass overflows") &&
-                       Catch::Contains("max_consecutive_skips (5; 0: never stop)"));
+  CHECK_THAT(what, strata_test::contains_text("step 7: no update for 5 steps in a row (steps 3-7)") &&
+                       strata_test::contains_text("; the first in poison.w) at the static loss scale 1 of fp32") &&
+                       strata_test::contains_text("The loss is finite, so the backward pass overflows") &&
+                       strata_test::contains_text("max_consecutive_skips (5; 0: never stop)"));
   // 0: skipped for ever, as before, and never trained on.
   std::tie(what, r) = run(2, 100, 0);
   CHECK(what.empty());
@@ -213,7 +213,7 @@ TEST_CASE("fp32: max_consecutive_skips skipped steps in a row end the run with w
   CHECK(what.empty());
   CHECK(r.skipped == std::vector<long>{5});
   std::tie(what, r) = run(4, 1, 1);
-  CHECK_THAT(what, Catch::Contains("step 5: no update for 1 steps in a row (steps 5-5)"));
+  CHECK_THAT(what, strata_test::contains_text("step 5: no update for 1 steps in a row (steps 5-5)"));
   poison_rank = -1;
   poison_calls = 1;
   poison_value = std::numeric_limits<float>::infinity();
@@ -270,7 +270,7 @@ TEST_CASE("parameter offload: ZeRO-3 only, the shard leaves the device, nothing 
   CHECK(off.hash == plain.hash);
   CHECK(off.memory.bytes == plain.memory.bytes);
   CHECK_THROWS_WITH((trainer<mlp::model, host, zero<2>>(g, mlp::make_model(s.shape), s.opts)),
-                    Catch::Contains("offload_params (zero_optimization.offload_param) needs ZeRO stage 3"));
+                    strata_test::contains_text("offload_params (zero_optimization.offload_param) needs ZeRO stage 3"));
 
   trainer<mlp::model, host, zero<3>> tr(g, mlp::make_model(s.shape), s.opts);
   const std::size_t S_ = tr.plan().shard_size(), B2 = tr.plan().slot_elems(), f = sizeof(float);
@@ -333,14 +333,14 @@ TEST_CASE("bad input to the trainer is a clear error") {
   test::mlp_setup s;
   s.opts.micro_batches = 0;
   CHECK_THROWS_WITH((trainer<mlp::model, host, zero<1>>(g, mlp::make_model(s.shape), s.opts)),
-                    Catch::Contains("micro_batches (gradient_accumulation_steps) must be >= 1, got 0"));
+                    strata_test::contains_text("micro_batches (gradient_accumulation_steps) must be >= 1, got 0"));
   s.opts.micro_batches = 3;
   trainer<mlp::model, host, zero<1>> tr(g, mlp::make_model(s.shape), s.opts);
   strata::batch<> b;
   mlp::synthetic_data(s.shape, 1).fill(0, 8, b);
-  CHECK_THROWS_WITH(tr.step(b), Catch::Contains("the batch has 8 rows, which 3 micro-batches do not divide"));
+  CHECK_THROWS_WITH(tr.step(b), strata_test::contains_text("the batch has 8 rows, which 3 micro-batches do not divide"));
   s.opts.micro_batches = 1;
   s.opts.lr = -1;
   CHECK_THROWS_WITH((trainer<mlp::model, host, zero<1>>(g, mlp::make_model(s.shape), s.opts)),
-                    Catch::Contains("lr must be finite and >= 0, got -1"));
+                    strata_test::contains_text("lr must be finite and >= 0, got -1"));
 }

@@ -9,4 +9,16 @@
 
 #include "catch_session.hpp"
 
-int strata_test::run_catch_session(int argc, char** argv) { return Catch::Session().run(argc, argv); }
+int strata_test::run_catch_session(int argc, char** argv) {
+  Catch::Session session;
+  // Plain text: under mpiexec a rank's stdout can be a terminal, and escape codes would
+  // end up in ctest's logs. Set here, not by a flag: the flag's name differs between
+  // Catch2 2 (--use-colour no) and 3 (--colour-mode none), and each rejects the other's.
+  // A flag given on the command line still overrides this default.
+#if STRATA_CATCH3
+  session.configData().defaultColourMode = Catch::ColourMode::None;
+#else
+  session.configData().useColour = Catch::UseColour::No;
+#endif
+  return session.run(argc, argv);
+}

@@ -78,7 +78,7 @@ outcome launch(const std::string& test_name, const std::string& env, int ranks =
       "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
       "OMPI_MCA_rmaps_base_oversubscribe=1 " +
       env + " timeout 120 mpiexec -n " + std::to_string(ranks) + " '" + exe + "' '" + test_name +
-      "' --use-colour no > " + out_path + " 2>&1";
+      "' > " + out_path + " 2>&1";
   const auto t0 = std::chrono::steady_clock::now();
   outcome o;
   o.exit_code = run_shell(cmd);
