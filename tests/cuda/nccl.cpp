@@ -174,9 +174,16 @@ TEST_CASE("bad arguments are comm_errors that name the operation") {
             "is not pinned host memory"));
 }
 
+// The second of two gathered device records made to name another GPU: the first
+// character of its PCI bus id changed. (Its last byte is the text's NUL padding, which
+// the key does not read: a flip there left the same GPU, and the first GPU run failed.)
+void make_other_gpu(std::span<std::uint8_t> two_records) {
+  two_records[two_records.size() / 2 + strata::detail::rendezvous_wire::node_bytes] ^= 1;
+}
+
 // Two ranks: a host communicator of 2 whose all_gather hands back this rank's record
 // twice, as two processes on the same device would see it, or (other_gpu) with the
-// second record's last byte changed, as a process on another device would.
+// second record naming another device, as a process there would.
 struct two_ranks {
   bool other_gpu = false;
   int rank() const { return 0; }
@@ -184,7 +191,7 @@ struct two_ranks {
   void all_gather(std::span<const std::uint8_t> in, std::span<std::uint8_t> out) {
     std::copy(in.begin(), in.end(), out.begin());
     std::copy(in.begin(), in.end(), out.begin() + static_cast<std::ptrdiff_t>(in.size()));
-    if (other_gpu) out.back() ^= 1;
+    if (other_gpu) make_other_gpu(out);
   }
 };
 
@@ -212,7 +219,7 @@ struct deserted_rank : strata::self_comm {
   void all_gather(std::span<U> in, std::span<T> out) {
     std::copy(in.begin(), in.end(), out.begin());
     std::copy(in.begin(), in.end(), out.begin() + static_cast<std::ptrdiff_t>(in.size()));
-    if constexpr (std::is_integral_v<T>) out.back() ^= 1;  // the other rank's GPU
+    if constexpr (std::is_same_v<T, std::uint8_t>) make_other_gpu(out);  // the other rank's GPU
   }
   deserted_rank split(int, int) { return deserted_rank(); }
 };
