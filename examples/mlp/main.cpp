@@ -15,6 +15,7 @@ const std::string usage =
         "usage: mpiexec -n N mlp [options]\n"
         "Trains a small MLP classifier on synthetic data, data parallel with any ZeRO stage.\n"
         "  --zero 0..3 [--offload]  --precision fp32|bf16|fp16  --optimizer adamw|sgd|lion  --clip C\n"
+        "  --offload-param  ZeRO-3: parameter shards in host memory on a GPU (DeepSpeed's offload_param)\n"
         "  --features F --hidden H --layers L --classes C  --bucket ELEMS\n") +
     examples::common_usage;
 }  // namespace
@@ -23,7 +24,7 @@ int main(int argc, char** argv) {
   examples::become_device_binary(argc, argv);
   strata::environment env(argc, argv);
   return examples::run_main("mlp", usage.c_str(), env.rank(), argc, argv, [&] {
-    examples::args a(argc, argv, {"offload", "quiet"});
+    examples::args a(argc, argv, {"offload", "offload-param", "quiet"});
     const std::string device = examples::read_device(a);
     examples::loop_options lo;
     lo.read(a, 20, 64);
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
     opts.max_grad_norm = static_cast<float>(a.real("clip", 0.0));
     opts.seed = lo.seed;
     opts.bucket_elems = static_cast<std::size_t>(a.integer("bucket", 4096));
+    opts.offload_params = a.flag("offload-param");
     opts.schedule = strata::lr_schedule::constant(opts.lr);
     const auto cc = examples::apply_config(a, "mlp", env.rank(), env.size(), pol, opts, lo.batch);
     a.check_all_used();

@@ -14,6 +14,7 @@
 
 #include "../core/dtype.hpp"
 #include "../core/error.hpp"
+#include "comm_forms.hpp"
 #include "reduce_op.hpp"
 #include "request.hpp"
 
@@ -107,7 +108,7 @@ class self_mailbox final : public request_source {
 };
 }  // namespace detail
 
-class self_comm {
+class self_comm : public comm_forms<self_comm> {
  public:
   explicit self_comm(std::string name = "self")
       : name_(std::move(name)), mailbox_(std::make_unique<detail::self_mailbox>()) {}
@@ -173,29 +174,8 @@ class self_comm {
   }
   request barrier_async() { return {}; }
 
-  template <comm_element T>
-  void all_reduce(std::span<T> data, reduce_op op = reduce_op::sum) {
-    all_reduce_async(data, op).wait();
-  }
-  template <class U, comm_element T>
-  requires std::is_same_v<std::remove_const_t<U>, T>
-  void reduce_scatter(std::span<U> in, std::span<T> out, reduce_op op = reduce_op::sum) {
-    reduce_scatter_async(in, out, op).wait();
-  }
-  template <class U, comm_element T>
-  requires std::is_same_v<std::remove_const_t<U>, T>
-  void all_gather(std::span<U> in, std::span<T> out) {
-    all_gather_async(in, out).wait();
-  }
-  template <comm_element T>
-  void broadcast(std::span<T> data, int root) {
-    broadcast_async(data, root).wait();
-  }
-  template <class U>
-  requires comm_element<std::remove_const_t<U>>
-  void send(std::span<U> data, int dest, int tag = 0) {
-    send_async(data, dest, tag).wait();
-  }
+  // The blocking forms are comm_forms'; recv is this backend's own: with one process a
+  // receive with nothing sent before it would wait forever, which is an error here.
   template <comm_element T>
   void recv(std::span<T> data, int src, int tag = 0) {
     check_rank(src, "recv source");

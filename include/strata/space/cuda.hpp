@@ -115,23 +115,31 @@ inline int current_device() {
 class device_guard {
  public:
   explicit device_guard(int device) : previous_(current_device()) {
-    if (device != previous_) STRATA_CHECK_CUDA(cudaSetDevice(device));
+    // (The usual case, the device already current, costs one cudaGetDevice: a communicator
+    // makes one of these per operation.)
+    if (device != previous_) {
+      STRATA_CHECK_CUDA(cudaSetDevice(device));
+      changed_ = true;
+    }
   }
   // For destructors: a failing CUDA call (a sticky error after a device fault) is ignored,
   // not thrown, so unwinding cannot terminate and hide the first error.
   device_guard(int device, std::nothrow_t) noexcept : previous_(device) {
     if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = device;
-    if (device != previous_) (void)cudaSetDevice(device);
+    if (device != previous_) changed_ = cudaSetDevice(device) == cudaSuccess;
   }
   device_guard(const device_guard&) = delete;
   device_guard& operator=(const device_guard&) = delete;
-  ~device_guard() { (void)cudaSetDevice(previous_); }
+  ~device_guard() {
+    if (changed_) (void)cudaSetDevice(previous_);
+  }
 
  private:
   int previous_;
 };
 
 // Device memory of the current device. Not readable from the host: buffer<T, cuda>
+bool changed_ = false;
 // offers data() and size(), and copies go through copy / copy_async.
 struct cuda {
   static constexpr bool host_accessible = false;

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -100,8 +101,32 @@ class nccl_state final : public request_source {
     s.done.record(stream_);
     s.ticket = t;
     s.op = op;
+    s.on_compute = false;
+    last_on_compute_ = false;
     return t;
   }
+  // The same for an operation queued on the compute stream itself (a blocking form): it
+  // follows the operations before it, which NCCL runs in call order, also when the last
+  // went on the communication stream.
+  void begin_on_compute() {
+    if (last_ > 0 && !last_on_compute_) stream_wait(compute_, ring_[last_ % ring].done);
+  }
+  std::uint64_t finish_on_compute(const char* op) {
+    const std::uint64_t t = ++last_;
+    slot& s = ring_[t % ring];
+    s.done.record(compute_);
+    s.ticket = t;
+    s.op = op;
+    s.on_compute = true;
+    last_on_compute_ = true;
+    return t;
+  }
+
+  // Device pointers already checked (nccl_comm::check_memory), the last few.
+  bool known_device_pointer(const void* p) const noexcept {
+    return std::find(known_.begin(), known_.end(), p) != known_.end();
+  }
+  void remember_device_pointer(const void* p) noexcept { known_[next_known_++ % known_.size()] = p; }
 
   // request_source: complete once the operation's event has fired.
   bool test(std::uint64_t ticket) override {
@@ -112,8 +137,10 @@ class nccl_state final : public request_source {
   // queued there next sees the result; errors NCCL has reported are rethrown here.
   void wait(std::uint64_t ticket) override {
     check_async("wait");
+    const slot& s = ring_[ticket % ring];
+    if (s.ticket == ticket && s.on_compute) return;  // already in the compute stream's order
     device_guard g(device_);
-    stream_wait(compute_, ring_[ticket % ring].done);
+    stream_wait(compute_, s.done);
   }
 
   // Blocks the host until every queued operation has finished, polling NCCL for errors;
@@ -190,13 +217,18 @@ class nccl_state final : public request_source {
     while (oldest_ <= last_ && ring_[oldest_ % ring].done.done()) ++oldest_;
     if (oldest_ > last_) return;
     const slot& s = ring_[oldest_ % ring];
-    if (clock_.runnable_for(oldest_, [&] { return s.ready.done(); }, now) > timeout_) fail(s.op, ncclInProgress);
+    // One on the compute stream has no ready event: it can run once the operations before
+    // it have finished, which they have, it being the oldest unfinished (the compute
+    // stream's kernels before it count towards its time-out then).
+    if (clock_.runnable_for(oldest_, [&] { return s.on_compute || s.ready.done(); }, now) > timeout_)
+      fail(s.op, ncclInProgress);
   }
 
   struct slot {
     cuda_event ready, done;  // the compute stream's work before it; its own end
     std::uint64_t ticket = 0;
     const char* op = "";
+    bool on_compute = false;  // queued on the compute stream (no ready event)
   };
   struct scoped_device {
     explicit scoped_device(int d) { STRATA_CHECK_CUDA(cudaSetDevice(d)); }
@@ -216,6 +248,9 @@ class nccl_state final : public request_source {
   std::uint64_t oldest_ = 1;  // no operation before it is unfinished
   runnable_clock clock_;      // since when the oldest unfinished one could run
   bool failed_ = false, comm_aborted_ = false;
+  bool last_on_compute_ = false;
+  std::array<const void*, 16> known_{};
+  std::size_t next_known_ = 0;
   std::uint64_t watch_ = 0;
 };
 

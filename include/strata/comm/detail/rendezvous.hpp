@@ -94,8 +94,9 @@ inline std::optional<std::pair<int, int>> find_shared_device(const std::vector<d
 inline std::string duplicate_gpu_message(const std::string& comm, int a, int b, const device_key& k) {
   return cat("nccl communicator ", comm, ": ranks ", a, " and ", b, " both use the GPU at PCI ", k.device, " on node ",
              k.node,
-             ", and NCCL needs one GPU per process. Start at most one process per GPU on each node, or give each "
-             "process its own device through CUDA_VISIBLE_DEVICES");
+             ", and NCCL needs one GPU per process. Start at most one process per GPU on each node, give each "
+             "process its own device through CUDA_VISIBLE_DEVICES, or (under MPI) set STRATA_DEVICE_COMM=mpi to "
+             "share a GPU through MPI (slower: for tests and clusters without NCCL)");
 }
 
 namespace rendezvous_wire {

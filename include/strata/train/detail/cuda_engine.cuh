@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "../../comm/nccl.hpp"
+#include "../../comm/device_comm.hpp"
 #include "../../kernels/cuda_driver.cuh"
 #include "../../kernels/cuda_reduce.cuh"
 #include "../../optim/cuda_optim.cuh"
@@ -72,7 +72,8 @@ class engine<cuda> {
     (void)cublasDestroy(blas_);
   }
 
-  using comm_type = nccl_comm;
+  // NCCL or MPI, as STRATA_DEVICE_COMM says (read once, when the engine is made).
+  using comm_type = device_comm;
 
   executor<cuda> exec() const noexcept { return {stream_.get(), blas_, &scratch_, gemm_}; }
   // The layers' GEMMs read P operands: fp32 as stored, or bf16/fp16 on tensor cores
@@ -88,22 +89,22 @@ class engine<cuda> {
   deferred_id_checks<cuda>* id_checks() noexcept { return &id_checks_; }
   void settle_id_checks() { id_checks_.settle(); }
   cudaStream_t stream() const noexcept { return stream_.get(); }
-  // An NCCL communicator over the processes of `host` (collective over it), ordered
-  // against this engine's stream: its operations wait for the work queued so far, and
-  // waiting on one orders later work after it without blocking the host.
+  device_comm_kind comm_kind() const noexcept { return comm_kind_; }
   // Collective over `world`, before any NCCL init: two ranks on one GPU are the same
   // config_error on every rank, naming both. (Each communicator checks its own group
   // too, but ranks of other groups would then wait in their init for the time-out.)
+  // Only NCCL needs a GPU per process; MPI's device communicator shares one.
   template <class HostComm>
   void check_one_process_per_gpu(HostComm& world) {
-    strata::detail::check_one_process_per_gpu(world, current_device(), "world");
+    if (comm_kind_ == device_comm_kind::nccl)
+      strata::detail::check_one_process_per_gpu(world, current_device(), "world");
   }
+  // A device communicator over the processes of `host` (collective over it), ordered
+  // against this engine's stream: its operations wait for the work queued so far, and
+  // waiting on one orders later work after it.
   template <class HostComm>
-  nccl_comm make_comm(HostComm& host, const char* name) {
-    nccl_options o;
-    o.compute_stream = stream_.get();
-    o.name = name;
-    return nccl_comm(host, o);
+  device_comm make_comm(HostComm& host, const char* name) {
+    return device_comm::over(host, comm_kind_, stream_.get(), name);
   }
   // The host waits with an eye on the NCCL communicators: a failed peer is an error
   // (after their time-out at worst), never a hang.
@@ -179,6 +180,7 @@ class engine<cuda> {
   }
 
  private:
+  device_comm_kind comm_kind_ = device_comm_from_env();  // first: a bad value fails before any CUDA work
   cuda_stream stream_;
   cublasHandle_t blas_ = nullptr;
   mutable cuda_scratch scratch_;  // lent to the layers with the stream (exec())

@@ -71,6 +71,10 @@ class schedule_driver {
     if (pp_size() > 1) {
       pp_fwd_.emplace(grid_.pipeline().split(0, pp_rank()));
       pp_bwd_.emplace(grid_.pipeline().split(0, pp_rank()));
+      if constexpr (!Types::on_host) {  // the data between stages moves on the device
+        pp_fwd_dev_.emplace(dev_.eng->make_comm(*pp_fwd_, "pipeline_fwd"));
+        pp_bwd_dev_.emplace(dev_.eng->make_comm(*pp_bwd_, "pipeline_bwd"));
+      }
     }
   }
 
@@ -127,6 +131,19 @@ class schedule_driver {
 
  private:
   int pp_rank() const { return grid_.pp_rank(); }
+  // The communicators the tensors between stages travel on.
+  auto& fwd_data() {
+    if constexpr (Types::on_host)
+      return *pp_fwd_;
+    else
+      return *pp_fwd_dev_;
+  }
+  auto& bwd_data() {
+    if constexpr (Types::on_host)
+      return *pp_bwd_;
+    else
+      return *pp_bwd_dev_;
+  }
   int pp_size() const { return grid_.pp_size(); }
   bool is_first_stage() const { return pp_rank() == 0; }
   bool is_last_stage() const { return pp_rank() == pp_size() - 1; }
@@ -174,7 +191,7 @@ class schedule_driver {
       slice_rows(b.inputs, m, opts_.micro_batches, slot_written<float>(acts[0]));
     else  // as this stage's first layer reads it (the previous stage sends that)
       write_slot_as(acts[0], table_[first].reads_float,
-                    [&](auto& t) { idle_ += recv_tensor(*pp_fwd_, t, pp_rank() - 1); });
+                    [&](auto& t) { idle_ += recv_tensor(*pp_fwd_, fwd_data(), t, pp_rank() - 1); });
     if (is_last_stage()) {
       slice_rows(b.targets, m, opts_.micro_batches, mb_targets_);
       ctx_.set_targets(&mb_targets_);
@@ -195,7 +212,7 @@ class schedule_driver {
       dev_.eng->copy(loss_slots_.data() + m, loss.data(), 1);
     } else {
       read_slot_as(acts.back(), table_[end].reads_float, ctx_.exec(), [&](const auto& t) {
-        send_tensor(*pp_fwd_, t, pp_rank() + 1, sends_[static_cast<std::size_t>(slot)]);
+        send_tensor(*pp_fwd_, fwd_data(), t, pp_rank() + 1, sends_[static_cast<std::size_t>(slot)]);
       });
     }
   }
@@ -209,7 +226,7 @@ class schedule_driver {
       dev_.eng->fill(seed.data(), 1, dloss);
     } else {  // as this stage's last layer wrote its output
       write_slot_as(dacts_[nl], table_[end - 1].writes_float,
-                    [&](auto& t) { idle_ += recv_tensor(*pp_bwd_, t, pp_rank() + 1); });
+                    [&](auto& t) { idle_ += recv_tensor(*pp_bwd_, bwd_data(), t, pp_rank() + 1); });
     }
     if (bwd_send_) bwd_send_->wait();  // dacts_[0] is about to be overwritten
     ctx_.set_micro_batch(m);
@@ -232,7 +249,7 @@ class schedule_driver {
     if (!is_first_stage()) {
       if (!bwd_send_) bwd_send_.emplace();
       read_slot_as(dacts_[0], table_[first - 1].writes_float, ctx_.exec(),
-                   [&](const auto& t) { send_tensor(*pp_bwd_, t, pp_rank() - 1, *bwd_send_); });
+                   [&](const auto& t) { send_tensor(*pp_bwd_, bwd_data(), t, pp_rank() - 1, *bwd_send_); });
     }
   }
 
@@ -255,7 +272,8 @@ class schedule_driver {
   std::vector<int> slot_of_;
   std::vector<bool> in_use_;
   std::vector<pipeline_action> actions_;
-  std::optional<comm_t> pp_fwd_, pp_bwd_;
+  std::optional<comm_t> pp_fwd_, pp_bwd_;                              // shape headers (and on the host the data)
+  std::optional<typename Types::dev_comm_t> pp_fwd_dev_, pp_bwd_dev_;  // the data, on a GPU
   tensor_t mb_targets_;
   slot_t recomputed_;  // a recomputed layer's output again (equal to the kept one)
   double idle_ = 0;

@@ -99,7 +99,12 @@ class tied_params {
       if (sc != ss) {
         const bool member = me == sc || me == ss;
         auto pair = grid_.pipeline().split(member ? 0 : 1, me);
-        if (member) l.across.emplace(std::move(pair));
+        if (member) {  // the gradients are the space's: on a GPU a device communicator of the pair
+          if constexpr (Types::on_host)
+            l.across.emplace(std::move(pair));
+          else
+            l.across.emplace(dev_.eng->make_comm(pair, "tied"));
+        }
       }
       links_.push_back(std::move(l));
     }
@@ -147,7 +152,7 @@ class tied_params {
   };
   struct link {
     piece copy, source;
-    std::optional<typename Types::comm_t> across;  // the two stages' ranks, when they differ
+    std::optional<typename Types::dev_comm_t> across;  // the two stages' ranks, when they differ
   };
 
   piece piece_of(std::size_t i, bool on_this_stage) const {

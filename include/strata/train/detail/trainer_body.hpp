@@ -51,9 +51,10 @@ class trainer_body {
   using ctx_t = typename types::ctx_t;
   static constexpr int stage = Stage;
 
-  // Every rank runs these steps in this order: dev_.start makes the NCCL communicators
-  // (collective over data, then tensor), initialise all-gathers ZeRO-1/2's params, and
-  // driver_.start splits the pipeline group into its two links.
+  // Every rank runs these steps in this order: dev_.start makes the device communicators
+  // (collective over data, then tensor), tied_.setup those of ties across stages,
+  // initialise all-gathers ZeRO-1/2's params, and driver_.start splits the pipeline group
+  // into its two links (with a device communicator each on a GPU).
   trainer_body(grid_t& g, Model model, trainer_options opts, Optimizer opt, bool offload)
       : grid_(g),
         dp_(g.data()),
@@ -69,10 +70,6 @@ class trainer_body {
         checkpoints_(g, layout_, params_, plan_, state_, dev_),
         counters_{0, {}, make_loss_scaler(opts_)} {
     opts_.validate();
-    expects<config_error>(types::on_host || grid_.pp_size() == 1, [&] {
-      return cat("strata::trainer: pipeline parallelism (pp = ", grid_.pp_size(),
-                 ") runs in the host space only so far; use pipeline = 1 with strata::cuda");
-    });
     expects<config_error>(!opts_.offload_params || stage == 3, [&] {
       return cat(
           "strata::trainer: offload_params (zero_optimization.offload_param) needs ZeRO stage 3, as in "
