@@ -150,6 +150,7 @@ void per_call_breakdown(strata::nccl_comm& comm, strata::world_comm& host, float
        }},
       {"raw NCCL on a side stream, two event hops", [&] { hop([&](cudaStream_t s) { raw_on(blocking, s); }); }},
       {"strata nccl_comm::all_reduce", [&] { comm.all_reduce(std::span(a, count)); }},
+      {"strata all_reduce_async, then wait", [&] { comm.all_reduce_async(std::span(a, count)).wait(); }},
   };
   if (host.rank() == 0)
     std::printf("\n# per-call breakdown: all_reduce of %zu floats in place, %d calls back to back, median of 5\n"
