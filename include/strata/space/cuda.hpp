@@ -112,11 +112,11 @@ inline int current_device() {
 }
 
 // Makes `device` current for a scope and restores the previous one after.
+// (The usual case, the device already current, costs one cudaGetDevice: a communicator
+// makes one of these per operation.)
 class device_guard {
  public:
   explicit device_guard(int device) : previous_(current_device()) {
-    // (The usual case, the device already current, costs one cudaGetDevice: a communicator
-    // makes one of these per operation.)
     if (device != previous_) {
       STRATA_CHECK_CUDA(cudaSetDevice(device));
       changed_ = true;
@@ -136,10 +136,10 @@ class device_guard {
 
  private:
   int previous_;
+  bool changed_ = false;
 };
 
 // Device memory of the current device. Not readable from the host: buffer<T, cuda>
-bool changed_ = false;
 // offers data() and size(), and copies go through copy / copy_async.
 struct cuda {
   static constexpr bool host_accessible = false;
