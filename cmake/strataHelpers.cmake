@@ -23,9 +23,11 @@ macro(strata_directory_optimization level)
 endmacro()
 
 # The environment under which MPI tests and programs run as root, oversubscribed, in
-# a container: set on ctest entries, never in the library.
+# a container: set on ctest entries, never in the library. Open MPI 4 takes
+# oversubscription from OMPI_MCA_rmaps_base_oversubscribe; Open MPI 5 (Debian 13) only
+# from PRRTE's mapping policy (each ignores the other's).
 set(STRATA_MPI_TEST_ENV
-    "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_mpi_yield_when_idle=1;OMPI_MCA_btl_vader_single_copy_mechanism=none;OMP_NUM_THREADS=1")
+    "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe;OMPI_MCA_mpi_yield_when_idle=1;OMPI_MCA_btl_vader_single_copy_mechanism=none;OMP_NUM_THREADS=1")
 
 # The rank counts a test file asks for, from a line `// strata-ranks: 1 2 4`.
 function(strata_ranks_of src default out)

@@ -176,7 +176,8 @@ TEST_CASE("corrupt, truncated and foreign checkpoints are refused, naming the fi
   }
   env.world().barrier();
   auto msg = load_error();
-  CHECK_THAT(msg, strata_test::contains_text("rank-00001.bin") && strata_test::contains_text("checksum does not match"));
+  CHECK_THAT(msg,
+             strata_test::contains_text("rank-00001.bin") && strata_test::contains_text("checksum does not match"));
 
   // Truncated.
   if (env.rank() == 0) fs::resize_file(shard, size - 100);
@@ -194,8 +195,8 @@ TEST_CASE("corrupt, truncated and foreign checkpoints are refused, naming the fi
     tr.load(dir.path);
     FAIL("a checkpoint of another model loaded");
   } catch (const checkpoint_error& e) {
-    CHECK_THAT(std::string(e.what()),
-               strata_test::contains_text("manifest.json") && strata_test::contains_text("checkpoint of another model"));
+    CHECK_THAT(std::string(e.what()), strata_test::contains_text("manifest.json") &&
+                                          strata_test::contains_text("checkpoint of another model"));
   }
   // A directory with no checkpoint.
   CHECK_THROWS_WITH(tr.load(dir.path / "nothing"), strata_test::contains_text("no checkpoint here"));

@@ -178,8 +178,8 @@ TEST_CASE("a tp x pp checkpoint of another model or with a corrupt shard is refu
   wide.heads = 4;
   grid dp4(w);
   gpt_trainer<replicated> other(dp4, gpt::make_model(wide), options());
-  CHECK_THROWS_WITH(other.load(dir.path),
-                    strata_test::contains_text("manifest.json") && strata_test::contains_text("checkpoint of another model"));
+  CHECK_THROWS_WITH(other.load(dir.path), strata_test::contains_text("manifest.json") &&
+                                              strata_test::contains_text("checkpoint of another model"));
 
   // A flipped bit in world rank 3's shard (tensor rank 1 of the last stage).
   const fs::path shard = dir.path / "step-00000002" / "rank-00003.bin";
@@ -194,5 +194,6 @@ TEST_CASE("a tp x pp checkpoint of another model or with a corrupt shard is refu
   }
   w.barrier();
   auto tr = make<zero<2>>(dp4);
-  CHECK_THROWS_WITH(tr.load(dir.path), strata_test::contains_text("rank-00003.bin") && strata_test::contains_text("checksum does not match"));
+  CHECK_THROWS_WITH(tr.load(dir.path), strata_test::contains_text("rank-00003.bin") &&
+                                           strata_test::contains_text("checksum does not match"));
 }

@@ -83,7 +83,8 @@ TEST_CASE("a Hugging Face directory written piece by piece, out of order, across
     out.write(0, 100, std::span<const float>(a).subspan(100));
     out.write(1, 0, c);
     out.write(0, 0, std::span<const float>(a).first(100));
-    CHECK_THROWS_WITH(out.write(1, 40, c), strata_test::contains_text("tensor \"c\" has 200 bytes; given 200 at byte 160"));
+    CHECK_THROWS_WITH(out.write(1, 40, c),
+                      strata_test::contains_text("tensor \"c\" has 200 bytes; given 200 at byte 160"));
     out.commit();
   }
   const auto files = hf_weights::open(dir);

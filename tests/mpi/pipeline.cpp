@@ -116,6 +116,7 @@ TEST_CASE("grids the model cannot use are config errors naming the numbers") {
   gpt::config six = small;
   six.heads = 6;
   six.dim = 24;
-  CHECK_THROWS_WITH(gpt::make_model(six, 0, 4), strata_test::contains_text("6 heads do not divide over 4 tensor-parallel ranks"));
+  CHECK_THROWS_WITH(gpt::make_model(six, 0, 4),
+                    strata_test::contains_text("6 heads do not divide over 4 tensor-parallel ranks"));
   CHECK_THROWS_WITH((grid<world_comm>(env.world(), {.tensor = 3})), strata_test::contains_text("3"));
 }

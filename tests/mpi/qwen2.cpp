@@ -284,8 +284,9 @@ TEST_CASE("qwen2 directories that do not fit are refused, naming the file and th
   auto fewer = cfg;
   fewer.num_hidden_layers = 1;
   qwen2_trainer<replicated> tf(g, models::make_qwen2(fewer), options());
-  CHECK_THROWS_WITH(models::load_qwen2_weights(tf, fixture_dir),
-                    strata_test::contains_text("\"model.layers.1.input_layernorm.weight\" is not a param of this Qwen2 model"));
+  CHECK_THROWS_WITH(
+      models::load_qwen2_weights(tf, fixture_dir),
+      strata_test::contains_text("\"model.layers.1.input_layernorm.weight\" is not a param of this Qwen2 model"));
   // No weights at all.
   fs::create_directories(out.path / "empty");
   refused(out.path / "empty", "no model.safetensors and no model.safetensors.index.json");

@@ -338,7 +338,8 @@ TEST_CASE("bad input to the trainer is a clear error") {
   trainer<mlp::model, host, zero<1>> tr(g, mlp::make_model(s.shape), s.opts);
   strata::batch<> b;
   mlp::synthetic_data(s.shape, 1).fill(0, 8, b);
-  CHECK_THROWS_WITH(tr.step(b), strata_test::contains_text("the batch has 8 rows, which 3 micro-batches do not divide"));
+  CHECK_THROWS_WITH(tr.step(b),
+                    strata_test::contains_text("the batch has 8 rows, which 3 micro-batches do not divide"));
   s.opts.micro_batches = 1;
   s.opts.lr = -1;
   CHECK_THROWS_WITH((trainer<mlp::model, host, zero<1>>(g, mlp::make_model(s.shape), s.opts)),

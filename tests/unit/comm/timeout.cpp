@@ -73,12 +73,13 @@ outcome launch(const std::string& test_name, const std::string& env, int ranks =
   const int fd = mkstemp(out_path);
   REQUIRE(fd >= 0);
   close(fd);
-  // The root/oversubscription settings only matter in containers; timeout(1) bounds a hang.
+  // The root/oversubscription settings only matter in containers (oversubscription: Open
+  // MPI 4's variable, then 5's); timeout(1) bounds a hang.
   const std::string cmd =
       "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-      "OMPI_MCA_rmaps_base_oversubscribe=1 " +
-      env + " timeout 120 mpiexec -n " + std::to_string(ranks) + " '" + exe + "' '" + test_name +
-      "' > " + out_path + " 2>&1";
+      "OMPI_MCA_rmaps_base_oversubscribe=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe " +
+      env + " timeout 120 mpiexec -n " + std::to_string(ranks) + " '" + exe + "' '" + test_name + "' > " + out_path +
+      " 2>&1";
   const auto t0 = std::chrono::steady_clock::now();
   outcome o;
   o.exit_code = run_shell(cmd);

@@ -70,7 +70,8 @@ TEST_CASE("shape: usable in constant expressions") {
 
 TEST_CASE("shape: more than 4 dimensions or a negative extent is a config_error naming it") {
   CHECK_THROWS_AS((shape{1, 2, 3, 4, 5}), strata::config_error);
-  CHECK_THROWS_WITH((shape{1, 2, 3, 4, 5}), strata_test::contains_text("shape of rank 5") && strata_test::contains_text("at most 4"));
+  CHECK_THROWS_WITH((shape{1, 2, 3, 4, 5}),
+                    strata_test::contains_text("shape of rank 5") && strata_test::contains_text("at most 4"));
   CHECK_THROWS_AS((shape{2, -1}), strata::config_error);
   CHECK_THROWS_WITH((shape{2, -3}), strata_test::contains_text("shape extent -3 is negative"));
   // The message says where the check is, relative to the include directory.

@@ -64,7 +64,8 @@ TEST_CASE("token files: uint16 and uint32 layouts read back") {
 
 TEST_CASE("token files: a wrong magic, a count past the end, a short file are refused naming file and offset") {
   const auto wrong = write_tokens("magic", 1234, 1, 10, iota_tokens(10, 9), 2);
-  CHECK_THROWS_WITH(strata::token_file(wrong), strata_test::contains_text(wrong.string() + ": magic 1234 version 1 at offset 0"));
+  CHECK_THROWS_WITH(strata::token_file(wrong),
+                    strata_test::contains_text(wrong.string() + ": magic 1234 version 1 at offset 0"));
   const auto longer = write_tokens("count", 20240520, 1, 11, iota_tokens(10, 9), 2);
   CHECK_THROWS_WITH(strata::token_file(longer),
                     strata_test::contains_text("the header (offset 8) counts 11 tokens, the file holds 10"));

@@ -84,14 +84,24 @@ struct adam_arrays {
   std::vector<fp16> grad, out;
 };
 
+bool is_nan(float f) { return std::isnan(f); }
+bool is_nan(fp16 h) { return (h.bits & 0x7c00u) == 0x7c00u && (h.bits & 0x03ffu) != 0; }
+
 // "" when a and b hold the same bits, else which arrays differ: how many elements, the
-// first index, its two bit patterns, its grad and b's updated master there.
-std::string differences(const adam_arrays& a, const adam_arrays& b) {
+// first index, its two bit patterns, its grad and b's updated master there. With `start`
+// (the arrays both began from), an element whose grad and m or v were both NaN may hold
+// a different NaN in each: which NaN a sum of two NaNs gives is the compiler's choice of
+// operand order for a commutative instruction (GCC 12 and 14 choose differently here).
+std::string differences(const adam_arrays& a, const adam_arrays& b, const adam_arrays* start = nullptr) {
   std::ostringstream s;
+  const auto nan_meets_nan = [&](std::size_t i) {
+    return start && is_nan(start->grad[i]) && (is_nan(start->m[i]) || is_nan(start->v[i]));
+  };
   auto field = [&](const char* name, const auto& x, const auto& y) {
     std::size_t count = 0, first = 0;
     for (std::size_t i = x.size(); i-- > 0;)
-      if (std::memcmp(&x[i], &y[i], sizeof x[i]) != 0) ++count, first = i;
+      if (std::memcmp(&x[i], &y[i], sizeof x[i]) != 0 && !(nan_meets_nan(i) && is_nan(x[i]) && is_nan(y[i])))
+        ++count, first = i;
     if (count == 0) return;
     std::uint32_t bx = 0, by = 0;
     std::memcpy(&bx, &x[first], sizeof x[first]);
@@ -258,8 +268,9 @@ TEST_CASE("adamw fp16: run_split's F16C tiles, its scalar tiles and operator() g
           k::run_host(n, f(dispatched));
           INFO((special_moments ? "NaN and inf moments, " : "finite moments, ")
                << c.name << ", n " << n << ", threads " << threads);
-          if (f16c) CHECK(differences(tiled, scalar) == "");
-          CHECK(differences(dispatched, scalar) == "");
+          const adam_arrays* nans = special_moments ? &start : nullptr;
+          if (f16c) CHECK(differences(tiled, scalar, nans) == "");
+          CHECK(differences(dispatched, scalar, nans) == "");
           CHECK(copies_not_rounded(scalar) == 0);
           // The fused form, operator(), as the CUDA driver runs it. Where a NaN moment
           // meets a NaN grad in m's or v's sum, which of the two NaNs comes out is the
@@ -287,6 +298,6 @@ TEST_CASE("adamw fp16 grads with stochastic rounding: F16C grads in, the scalar 
         k::detail::run_split(n, adam_on<k::write_mode::stochastic>(tiled, c.grad_scale, c.decay_factor, c.step_size),
                              true, true);
       INFO((special_moments ? "NaN and inf moments, " : "finite moments, ") << c.name);
-      if (f16c) CHECK(differences(tiled, scalar) == "");
+      if (f16c) CHECK(differences(tiled, scalar, special_moments ? &start : nullptr) == "");
     }
 }

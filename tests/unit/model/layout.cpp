@@ -230,9 +230,11 @@ TEST_CASE("an empty param takes no room", "[model][layout]") {
 TEST_CASE("bad layout requests are config errors that say what", "[model][layout][errors]") {
   st::model m = st::make_model(2);
   CHECK_THROWS_AS(flat_layout::of(m, 0), strata::config_error);
-  CHECK_THROWS_WITH(flat_layout::of(m, 40), strata_test::contains_text("alignment of 40") && strata_test::contains_text("multiple of 16"));
+  CHECK_THROWS_WITH(flat_layout::of(m, 40),
+                    strata_test::contains_text("alignment of 40") && strata_test::contains_text("multiple of 16"));
   const flat_layout layout = flat_layout::of(m);
-  CHECK_THROWS_WITH(layout.find("blocks.7.fc1.weight"), strata_test::contains_text("no param named 'blocks.7.fc1.weight'"));
+  CHECK_THROWS_WITH(layout.find("blocks.7.fc1.weight"),
+                    strata_test::contains_text("no param named 'blocks.7.fc1.weight'"));
   CHECK_THROWS_AS(layout.find("embed"), strata::config_error);
   CHECK_THROWS_WITH(layout.padded_total(0), strata_test::contains_text("0 ranks"));
   CHECK_THROWS_WITH(layout.shard(4, 4), strata_test::contains_text("rank 4 among 4"));
@@ -242,12 +244,14 @@ TEST_CASE("bad layout requests are config errors that say what", "[model][layout
   // that differs.
   strata::host_buffer<float> data(4096);
   st::model deeper = st::make_model(3);
-  CHECK_THROWS_WITH(layout.bind(deeper, data.data(), static_cast<float*>(nullptr)),
-                    strata_test::contains_text("'blocks.2.attn.q.weight' [6, 6] but the layout has 'head.weight' [11, 6]"));
+  CHECK_THROWS_WITH(
+      layout.bind(deeper, data.data(), static_cast<float*>(nullptr)),
+      strata_test::contains_text("'blocks.2.attn.q.weight' [6, 6] but the layout has 'head.weight' [11, 6]"));
   st::model wider = st::make_model(2);
   wider.blocks[1].fc1 = st::make_linear(12, 6);
-  CHECK_THROWS_WITH(layout.bind(wider, data.data(), static_cast<float*>(nullptr)),
-                    strata_test::contains_text("'blocks.1.fc1.weight' [12, 6] but the layout has 'blocks.1.fc1.weight' [10, 6]"));
+  CHECK_THROWS_WITH(
+      layout.bind(wider, data.data(), static_cast<float*>(nullptr)),
+      strata_test::contains_text("'blocks.1.fc1.weight' [12, 6] but the layout has 'blocks.1.fc1.weight' [10, 6]"));
 
   // Params missing or added at the end.
   struct stack {

@@ -167,7 +167,8 @@ TEST_CASE("grouped-query attention: head counts that do not fit are config error
                     strata_test::contains_text("4 query heads do not group evenly over 3"));
   CHECK_THROWS_WITH(nn::make_grouped_query_attention(16, 4, 2, 1e4f, 0, 4),
                     strata_test::contains_text("2 key/value heads do not divide over 4 tensor-parallel ranks"));
-  CHECK_THROWS_WITH(nn::make_grouped_query_attention(12, 4, 2, 1e4f), strata_test::contains_text("heads of an even size"));
+  CHECK_THROWS_WITH(nn::make_grouped_query_attention(12, 4, 2, 1e4f),
+                    strata_test::contains_text("heads of an even size"));
   fixture f(16, 4, 2);
   context ctx;
   nn::grouped_query_attention::cache c;
