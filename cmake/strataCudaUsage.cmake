@@ -4,6 +4,9 @@
 # package's strata-conan.cmake, so both give a consumer the same flags.
 function(strata_cuda_usage target)
   target_link_libraries(${target} INTERFACE CUDA::cudart CUDA::cublas CUDA::cublasLt CCCL::CCCL NCCL::nccl)
+  # dlopen, for NVML's reading of the CUDA context's bytes (space/detail/cuda_context_bytes.hpp):
+  # in libc from glibc 2.34, in libdl before.
+  target_link_libraries(${target} INTERFACE ${CMAKE_DL_LIBS})
   target_compile_definitions(${target} INTERFACE STRATA_HAS_CUDA=1)
   target_compile_options(${target} INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr --extended-lambda>)
   # --fmad=false: nvcc contracts a * b + c into one fused multiply-add by default, which

@@ -2,11 +2,13 @@
 // checkpoints, safetensors in and out, report), resuming, periodic saves, progress lines,
 // an MLflow run, and the JSON report with the keys every example writes.
 #pragma once
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -23,6 +25,7 @@
 #include <strata/observe/progress.hpp>
 #include <strata/observe/resident.hpp>
 #include <strata/observe/trace_file.hpp>
+#include <strata/space/device_memory.hpp>
 #include <strata/train/batch.hpp>
 #include <strata/train/options.hpp>
 #include <strata/train/report.hpp>
@@ -116,6 +119,15 @@ double full_param_count(Trainer& tr) {
   return model_param_count(tr.model());
 }
 
+// A device trainer's measured device memory; nothing for a host trainer.
+template <class Trainer>
+std::optional<strata::device_memory> device_memory_of(Trainer& tr) {
+  if constexpr (requires { tr.device_memory(); })
+    return tr.device_memory();
+  else
+    return std::nullopt;
+}
+
 // What the loop, its reports and its MLflow run need of a trainer, behind virtual calls:
 // they are compiled once, not once for every trainer type a program dispatches over
 // (63 in examples/mlp), which is what its compile time went to.
@@ -124,6 +136,8 @@ class trainer_handle {
   virtual ~trainer_handle() = default;
   virtual strata::step_stats step(const strata::batch<>& b) = 0;
   virtual strata::memory_report memory() const = 0;
+  // A device trainer's measured device memory (trainer::device_memory()); none on the host.
+  virtual std::optional<strata::device_memory> device_memory() = 0;
   virtual void save(const std::string& dir, nlohmann::json extra) = 0;
   virtual void load(const std::string& dir) = 0;
   virtual long steps_done() const = 0;
@@ -157,6 +171,7 @@ class handle_of final : public trainer_handle {
   }
   strata::step_stats step(const strata::batch<>& b) override { return tr_.step(b); }
   strata::memory_report memory() const override { return tr_.memory(); }
+  std::optional<strata::device_memory> device_memory() override { return device_memory_of(tr_); }
   void save(const std::string& dir, nlohmann::json extra) override { tr_.save(dir, std::move(extra)); }
   void load(const std::string& dir) override { tr_.load(dir); }
   long steps_done() const override { return tr_.steps_done(); }
@@ -307,7 +322,7 @@ loop_result train_loop_on(Handle& tr, const loop_options& o, int world_rank, dou
     r.seconds.push_back(r.last.seconds);
     r.idle_seconds += r.last.idle_seconds;
     r.step_seconds += r.last.seconds;
-    progress.step(r.last, o.steps, tr.memory().total());
+    progress.step(r.last, o.steps, tr.memory().total(), tr.device_memory());
     const bool periodic = o.save_every > 0 && (s + 1) % o.save_every == 0;
     if (!o.save.empty() && (periodic || s + 1 == o.steps)) tr.save(o.save, {{"data_position", (s + 1) * o.batch}});
     after_step(s + 1);
@@ -336,10 +351,12 @@ loop_result train_loop(
 // Every rank's memory report next to its peak resident bytes so far and its resident
 // bytes before the trainer was built (base_rss: the program, its libraries, MPI), and its
 // pipeline stage, for the report's memory_per_rank: collective over `world`. Called last,
-// after any save or export, the peaks cover the whole run.
+// after any save or export, the peaks cover the whole run. A device trainer's ranks also
+// carry "device", their measured device memory (space/device_memory.hpp's to_json),
+// which `qwen2 --check-memory` holds to the report's device part.
 template <class Report>
-nlohmann::json memory_per_rank_from(const Report& report, strata::world_comm& world, int pp_rank,
-                                    std::size_t base_rss) {
+nlohmann::json memory_per_rank_from(const Report& report, strata::world_comm& world, int pp_rank, std::size_t base_rss,
+                                    const std::optional<strata::device_memory>& device = std::nullopt) {
   const nlohmann::json mem = report.to_json();
   const char* const cats[] = {"params",       "param_shard", "grads",      "master",          "optimizer_states",
                               "comm_buffers", "activations", "io_staging", "offload_staging", "total"};
@@ -347,6 +364,10 @@ nlohmann::json memory_per_rank_from(const Report& report, strata::world_comm& wo
   for (const char* c : cats) mine.push_back(mem.value(c, 0.0));
   mine.push_back(static_cast<double>(base_rss));
   mine.push_back(static_cast<double>(strata::peak_resident_bytes()));
+  mine.push_back(device ? 1.0 : 0.0);
+  const auto dev = device ? device->values() : std::array<double, strata::device_memory::fields>{};
+  mine.insert(mine.end(), dev.begin(), dev.end());
+  const std::size_t at_device = std::size(cats) + 2;  // the flag, then the record
   mine.push_back(pp_rank);
   const std::size_t per = mine.size();
   std::vector<double> all(per * static_cast<std::size_t>(world.size()));
@@ -358,14 +379,17 @@ nlohmann::json memory_per_rank_from(const Report& report, strata::world_comm& wo
     ranks.push_back({{"rank", k},
                      {"pp_rank", static_cast<int>(all[k * per + per - 1])},
                      {"report", rep},
-                     {"peak_rss_bytes", all[k * per + per - 2]},
-                     {"base_rss_bytes", all[k * per + per - 3]}});
+                     {"peak_rss_bytes", all[k * per + std::size(cats) + 1]},
+                     {"base_rss_bytes", all[k * per + std::size(cats)]}});
+    if (all[k * per + at_device] > 0)
+      ranks.back()["device"] =
+          strata::device_memory::from_values(std::span(all).subspan(k * per + at_device + 1, dev.size())).to_json();
   }
   return ranks;
 }
 template <class Trainer>
 nlohmann::json memory_per_rank(Trainer& tr, strata::world_comm& world, int pp_rank, std::size_t base_rss) {
-  return memory_per_rank_from(tr.memory(), world, pp_rank, base_rss);
+  return memory_per_rank_from(tr.memory(), world, pp_rank, base_rss, device_memory_of(tr));
 }
 
 // The report keys every example writes (the device among them, and memory_per_rank's

@@ -11,6 +11,7 @@
 
 #include "../common/args.hpp"
 #include "../common/config.hpp"
+#include "../common/memory_check.hpp"
 #include "plan.hpp"
 #include "run.hpp"
 
@@ -43,7 +44,10 @@ const char* const usage =
     "  --trace FILE.json (Chrome trace: every rank's layers, collectives, optimizer, data, saves)\n"
     "  --mlflow URI [--experiment NAME] [--run-name NAME]  an MLflow tracking server (http://host:port;\n"
     "                         default $MLFLOW_TRACKING_URI): params, every step's metrics, the export\n"
-    "  --plan [--world N]     print each rank's memory for the layout and ZeRO 0-3, and exit\n"
+    "  --plan [--world N]     print each rank's memory for the layout and ZeRO 0-3 (with --device cuda the\n"
+    "                         device's too: the report plus context, cuBLAS and NCCL), and exit\n"
+    "  --check-memory FILE.json  hold a --device cuda run's --report to the device memory rule: each rank's\n"
+    "                         measured growth within 10 % of its report plus the allowance (exit 1 if not)\n"
     "  --help\n";
 
 // random:NAME is a config shipped in examples/qwen2/configs/; random:PATH a file.
@@ -61,6 +65,12 @@ int main(int argc, char** argv) {
   strata::environment env(argc, argv);
   return examples::run_main("qwen2", usage, env.rank(), argc, argv, [&]() -> int {
     examples::args a(argc, argv, {"offload", "offload-param", "quiet", "plan", "recompute"});
+    if (a.has("check-memory")) {  // reads a report; trains nothing
+      const std::string report = a.str("check-memory", "");
+      (void)examples::read_device(a);
+      a.check_all_used();
+      return env.rank() == 0 ? examples::check_memory_file(report) : 0;
+    }
     qwen2::run_options o;
     const std::string model = a.str("model", "");
     o.tokenizer_dir = a.str("tokenizer", "");

@@ -1,6 +1,8 @@
 // qwen2 --plan: each rank's bytes for a layout, before launch and without allocating the
 // model: the parameter state from strata::plan_memory, the activations from the shapes
-// of what Qwen2's layers keep per micro-batch (docs/architecture.md, "Memory").
+// of what Qwen2's layers keep per micro-batch (docs/architecture.md, "Memory"); with
+// --device cuda, the device's bytes too: the report's device part plus the context,
+// cuBLAS, the communicators and the first step's code (strata::plan_device_allowance).
 #pragma once
 #include <cstdio>
 #include <string>
@@ -124,8 +126,16 @@ inline nlohmann::json plan_json(const run_options& o, const examples::loop_optio
       const std::size_t act = activation_bytes(o.model, rows, static_cast<std::size_t>(o.seq), l.tp, layers.first,
                                                layers.second, slots_in_use(l.pp, s, opts.micro_batches, pol.schedule),
                                                device, !opts.recompute.empty(), device && l.mixed ? 2 : 4);
-      auto r = strata::plan_memory(m, l, s, act).to_json();
+      const strata::memory_report planned = strata::plan_memory(m, l, s, act);
+      auto r = planned.to_json();
       r["layers"] = {layers.first, layers.second};
+      if (device) {
+        const auto extra = strata::plan_device_allowance(l);
+        r["device"] = {
+            {"report_bytes", planned.device_bytes()}, {"context_bytes", extra.context},
+            {"cublas_bytes", extra.cublas},           {"comm_bytes", extra.comms},
+            {"first_use_bytes", extra.first_use},     {"total_bytes", planned.device_bytes() + extra.total()}};
+      }
       stages.push_back(r);
     }
     j["zero"][std::to_string(z)] = stages;
@@ -164,8 +174,23 @@ inline void print_plan(const run_options& o, const examples::loop_options& lo, c
     for (int z = 0; z <= 3; ++z)
       std::printf("  %15.1f ", j["zero"][std::to_string(z)][s].value("host_offloaded", 0.0) / (1 << 20));
     std::printf("\n");
+    if (!device) continue;
+    // The device's bytes: the report's part there, and what a GPU process holds besides.
+    const std::pair<const char*, const char*> rows[] = {
+        {"device: report", "report_bytes"}, {"  + CUDA context", "context_bytes"}, {"  + cuBLAS", "cublas_bytes"},
+        {"  + comm (NCCL)", "comm_bytes"},  {"  + first use", "first_use_bytes"},  {"device total", "total_bytes"}};
+    for (const auto& [label, key] : rows) {
+      std::printf("  %-18s", label);
+      for (int z = 0; z <= 3; ++z)
+        std::printf("  %15.1f ", j["zero"][std::to_string(z)][s]["device"].value(key, 0.0) / (1 << 20));
+      std::printf("\n");
+    }
   }
   std::printf("(* the chosen stage; the trainer's report after a step holds these numbers)\n");
+  if (device)
+    std::printf(
+        "(device: the report's part on the GPU, plus estimates for CUDA 13 on an H200 of what a process holds "
+        "besides,\n as train/memory_plan.hpp states them; a run measures each: --report's memory_per_rank[].device)\n");
   examples::write_report(lo.report, j);
 }
 

@@ -1,12 +1,14 @@
 // What a run shows while it trains: rank 0's progress line (every N steps), a JSON Lines
 // metrics file (a header, then one object per step with every rank's memory and idle
 // time), and a summary at the end. step() is collective over the world: each rank's
-// peak memory and idle time reach rank 0, which prints and writes.
+// peak memory (host and, on a GPU, device) and idle time reach rank 0, which prints and
+// writes.
 #pragma once
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../core/error.hpp"
+#include "../space/device_memory.hpp"
 #include "../train/report.hpp"
 #include "resident.hpp"
 
@@ -67,12 +70,16 @@ class progress_log {
     expects<config_error>(failed == 0, [&] { return "--metrics " + o_.metrics_path + ": cannot be written"; });
   }
 
-  // Collective. `reported` is this rank's memory report total (bytes).
-  void step(const step_stats& s, long total_steps, std::size_t reported) {
-    const double mine[per] = {static_cast<double>(peak_resident_bytes()), static_cast<double>(reported), s.idle_seconds,
-                              s.seconds};
+  // Collective. `reported` is this rank's memory report total (bytes); `device`, a device
+  // trainer's measured device memory (trainer::device_memory()).
+  void step(const step_stats& s, long total_steps, std::size_t reported,
+            const std::optional<device_memory>& device = std::nullopt) {
+    std::vector<double> mine = {static_cast<double>(peak_resident_bytes()), static_cast<double>(reported),
+                                s.idle_seconds, s.seconds, device ? 1.0 : 0.0};
+    const auto dev = device ? device->values() : std::array<double, device_memory::fields>{};
+    mine.insert(mine.end(), dev.begin(), dev.end());
     std::vector<double> all(per * static_cast<std::size_t>(world_.size()));
-    world_.all_gather(std::span<const double>(mine, per), std::span<double>(all));
+    world_.all_gather(std::span<const double>(mine), std::span<double>(all));
     if (world_.rank() != 0) return;
     ++done_;
     seconds_.push_back(s.seconds);
@@ -86,7 +93,13 @@ class progress_log {
       idle += all[r * per + 3] > 0 ? all[r * per + 2] / all[r * per + 3] : 0;
       peak_[r] = std::max(peak_[r], all[r * per]);
       reported_[r] = all[r * per + 1];
+      if (all[r * per + 4] > 0)
+        device_[r] = device_memory::from_values(std::span(all).subspan(r * per + 5, dev.size()));
     }
+    std::size_t top_device = 0;  // the rank whose device grew most
+    for (std::size_t r = 0; r < ranks(); ++r)
+      if (device_[r] && device_[r]->used_growth() > device_[top_device].value_or(device_memory{}).used_growth())
+        top_device = r;
     idle /= static_cast<double>(ranks());
     rates_.push_back(rate);
     if (mfu > 0) mfus_.push_back(mfu);
@@ -95,11 +108,16 @@ class progress_log {
       char line[448];
       std::snprintf(line, sizeof line,
                     "step %4ld/%ld  loss %.6f  lr %.3e  grad_norm %.4e  scale %g  %9.4g %s/s%s  mem %.0f MiB (rank "
-                    "%zu)  idle %.1f%%  ETA %s  %d thread%s%s",
+                    "%zu)%s  idle %.1f%%  ETA %s  %d thread%s%s",
                     s.step, total_steps, static_cast<double>(s.loss), static_cast<double>(s.lr), s.grad_norm,
                     static_cast<double>(s.loss_scale), rate, tokens ? "tokens" : "samples",
-                    mfu > 0 ? cat("  MFU ", fixed1(100 * mfu), "%").c_str() : "", all[top * per] / mib, top, 100 * idle,
-                    detail::eta_text(eta).c_str(), s.host_threads, s.host_threads == 1 ? "" : "s",
+                    mfu > 0 ? cat("  MFU ", fixed1(100 * mfu), "%").c_str() : "", all[top * per] / mib, top,
+                    device_[top_device]
+                        ? cat(", device +", fixed0(static_cast<double>(device_[top_device]->used_growth()) / mib),
+                              " MiB (rank ", top_device, ")")
+                              .c_str()
+                        : "",
+                    100 * idle, detail::eta_text(eta).c_str(), s.host_threads, s.host_threads == 1 ? "" : "s",
                     s.skipped ? cat("  [skipped: non-finite gradients",
                                     s.nonfinite_param.empty() ? "" : cat(", the first in ", s.nonfinite_param), "]")
                                     .c_str()
@@ -120,11 +138,13 @@ class progress_log {
       if (mfu > 0) j["mfu"] = mfu;
       if (s.skipped) j["nonfinite_param"] = s.nonfinite_param;
       nlohmann::json rs = nlohmann::json::array();
-      for (std::size_t r = 0; r < ranks(); ++r)
+      for (std::size_t r = 0; r < ranks(); ++r) {
         rs.push_back({{"rank", r},
                       {"peak_rss_bytes", all[r * per]},
                       {"memory_bytes", all[r * per + 1]},
                       {"idle_seconds", all[r * per + 2]}});
+        if (device_[r]) rs.back()["device"] = device_[r]->to_json();
+      }
       j["ranks"] = rs;
       if (metrics_) metrics_ << j.dump() << "\n" << std::flush;
       if (o_.on_step) o_.on_step(j, s.step);
@@ -132,7 +152,7 @@ class progress_log {
   }
 
   // Rank 0 prints the summary: step times, rates, MFU, and each rank's peak memory next
-  // to its report.
+  // to its report; on a GPU host and device side by side (see summary_table).
   void summary() const {
     if (world_.rank() != 0 || done_ == 0) return;
     double mean = 0;
@@ -142,18 +162,56 @@ class progress_log {
     std::printf("summary: %ld steps, step time mean %.3f s, median %.3f s; %.4g %s/s (median)%s\n", done_, mean,
                 detail::median_of(seconds_), detail::median_of(rates_), tokens ? "tokens" : "samples",
                 mfus_.empty() ? "" : cat(", MFU ", fixed1(100 * detail::median_of(mfus_)), "%").c_str());
-    std::printf("  rank   peak MiB   reported MiB\n");
-    for (std::size_t r = 0; r < ranks(); ++r)
-      std::printf("  %4zu %10.1f %14.1f\n", r, peak_[r] / mib, reported_[r] / mib);
+    std::fputs(summary_table(peak_, reported_, device_).c_str(), stdout);
     std::fflush(stdout);
   }
 
+  // Each rank's peak resident bytes next to its report; where the ranks had a device
+  // record, the host's side (resident peak, the report's host part) and the device's: its
+  // used memory at the start and at the peak (the whole device's, other processes and
+  // this context included), strata's allocator peak and the report's device part (which
+  // the rule of space/device_memory.hpp holds the growths to), and the named allowances.
+  static std::string summary_table(const std::vector<double>& peak, const std::vector<double>& reported,
+                                   const std::vector<std::optional<device_memory>>& device) {
+    std::string t;
+    char b[256];
+    const bool gpu = std::any_of(device.begin(), device.end(), [](const auto& d) { return d.has_value(); });
+    if (!gpu) {
+      t = "  rank   peak RSS MiB   reported MiB\n";
+      for (std::size_t r = 0; r < peak.size(); ++r) {
+        std::snprintf(b, sizeof b, "  %4zu %14.1f %14.1f\n", r, peak[r] / mib, reported[r] / mib);
+        t += b;
+      }
+      return t;
+    }
+    t = "         -------- host --------   ------------------------------ device -------------------------------\n"
+        "  rank   peak RSS   report part   used start  used peak  strata peak  report part  context cuBLAS   comm"
+        "   (MiB)\n";
+    for (std::size_t r = 0; r < peak.size(); ++r) {
+      const device_memory d = device[r].value_or(device_memory{});
+      const double dev_report = static_cast<double>(d.report);
+      std::snprintf(b, sizeof b, "  %4zu %10.1f %13.1f %12.1f %10.1f %12.1f %12.1f %8s %6.1f %6.1f\n", r, peak[r] / mib,
+                    std::max(0.0, reported[r] - dev_report) / mib, static_cast<double>(d.start_used) / mib,
+                    static_cast<double>(d.peak_used) / mib, static_cast<double>(d.strata_growth()) / mib,
+                    dev_report / mib, d.context ? fixed1(static_cast<double>(*d.context) / mib).c_str() : "-",
+                    static_cast<double>(d.cublas) / mib, static_cast<double>(d.comms) / mib);
+      t += b;
+    }
+    return t;
+  }
+
  private:
-  static constexpr std::size_t per = 4;  // peak rss, reported bytes, idle s, step s
+  // peak rss, reported bytes, idle s, step s, has a device record, the record
+  static constexpr std::size_t per = 5 + device_memory::fields;
   static constexpr double mib = 1 << 20;
   static std::string fixed1(double v) {
     char b[32];
     std::snprintf(b, sizeof b, "%.1f", v);
+    return b;
+  }
+  static std::string fixed0(double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.0f", v);
     return b;
   }
   std::size_t ranks() const { return static_cast<std::size_t>(world_.size()); }
@@ -170,6 +228,8 @@ class progress_log {
   std::vector<double> seconds_, rates_, mfus_;
   std::vector<double> peak_ = std::vector<double>(static_cast<std::size_t>(world_.size()), 0.0);
   std::vector<double> reported_ = std::vector<double>(static_cast<std::size_t>(world_.size()), 0.0);
+  std::vector<std::optional<device_memory>> device_ =
+      std::vector<std::optional<device_memory>>(static_cast<std::size_t>(world_.size()));
 };
 
 }  // namespace strata

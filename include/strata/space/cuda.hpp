@@ -16,6 +16,7 @@
 #include "../core/error.hpp"
 #include "cuda_stream.hpp"
 #include "detail/cuda_check.hpp"
+#include "detail/cuda_context_bytes.hpp"
 #include "host.hpp"
 
 namespace strata {
@@ -98,10 +99,12 @@ inline int device_for_local_rank(int local_rank) {
   return local_rank;
 }
 
-// Makes the device of this local rank current for the calling thread and returns it.
+// Makes the device of this local rank current for the calling thread, with its context,
+// and returns it. The process's first call measures the context it makes
+// (cuda_context_bytes(), space/detail/cuda_context_bytes.hpp).
 inline int select_device(int local_rank) {
   const int d = device_for_local_rank(local_rank);
-  STRATA_CHECK_CUDA(cudaSetDevice(d));
+  detail::set_device_measuring_context(d);
   return d;
 }
 

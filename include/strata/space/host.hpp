@@ -12,20 +12,36 @@
 namespace strata {
 
 namespace detail {
+// Raises `peak` to at least `now`, whatever other threads do meanwhile (a lost race
+// retries only while `now` is still the larger).
+inline void raise_to(std::atomic<std::size_t>& peak, std::size_t now) noexcept {
+  auto p = peak.load(std::memory_order_relaxed);
+  while (now > p && !peak.compare_exchange_weak(p, now, std::memory_order_relaxed)) {
+  }
+}
+
 // Live bytes per space, for the memory report and for tests that check no allocation
-// happens inside a training step.
+// happens inside a training step; the high-water mark of those bytes, which a device
+// trainer holds to its report (space/device_memory.hpp); and the live allocations, each
+// of which the CUDA driver may round up to its 2 MiB page. Every member is one atomic
+// operation or a short compare-exchange loop: an allocation costs far more.
 struct space_counters {
   std::atomic<std::size_t> live{0};
   std::atomic<std::size_t> peak{0};
-  std::atomic<std::size_t> allocations{0};
-  void add(std::size_t n) {
-    const auto now = live.fetch_add(n) + n;
-    auto p = peak.load();
-    while (now > p && !peak.compare_exchange_weak(p, now)) {
-    }
-    allocations.fetch_add(1);
+  std::atomic<std::size_t> allocations{0};  // ever made
+  std::atomic<std::size_t> blocks{0};       // live now
+  void add(std::size_t n) noexcept {
+    raise_to(peak, live.fetch_add(n) + n);
+    allocations.fetch_add(1, std::memory_order_relaxed);
+    blocks.fetch_add(1, std::memory_order_relaxed);
   }
-  void sub(std::size_t n) { live.fetch_sub(n); }
+  void sub(std::size_t n) noexcept {
+    live.fetch_sub(n);
+    blocks.fetch_sub(1, std::memory_order_relaxed);
+  }
+  // Restarts the high-water mark from the bytes live now, so that one phase (a trainer's
+  // life) is measured on its own. An add racing with it may count or not; both are true.
+  void reset_peak() noexcept { peak.store(live.load()); }
 };
 }  // namespace detail
 

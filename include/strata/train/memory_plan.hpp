@@ -1,5 +1,6 @@
 // Memory before launch: the bytes one rank of a layout will hold for a model, by the
-// categories of trainer::memory(), from the model's shapes alone (no weights allocated).
+// categories of trainer::memory(), from the model's shapes alone (no weights allocated);
+// on a GPU also what the device holds beyond them (plan_device_allowance).
 // The parameter-state part is the formula the trainer allocates by (state_sizes); the
 // activations depend on the model's layers and are the caller's (examples/qwen2/plan.hpp).
 #pragma once
@@ -11,6 +12,7 @@
 #include "../model/reflect.hpp"
 #include "../parallel/bucket_plan.hpp"
 #include "../parallel/pipeline.hpp"
+#include "../space/device_memory.hpp"
 #include "detail/sharded_state.hpp"
 #include "report.hpp"
 
@@ -45,6 +47,38 @@ memory_report plan_memory(Model& m, const plan_layout& l, int stage, std::size_t
   const bool split = l.device && l.offload;
   return detail::state_sizes::of(plan, l.zero_stage, l.state_slots, l.mixed, split, l.device && l.offload_params)
       .report(l.mixed ? 2 : 4, split, l.offload, activation_bytes, l.device && l.mixed ? 2 : 4);
+}
+
+// What a device rank takes beyond its report's device part, for a plan: estimates for
+// CUDA 13 on an H200, each measured by a GPU run (trainer::device_memory(); the examples'
+// --report, memory_per_rank[].device), where the first run's numbers are to replace them.
+//   context    512 MiB: the local memory the context reserves for every thread the device
+//              can hold, 1 KiB of stack (cudaLimitStackSize's default) x 132 SMs x 2,048
+//              threads = 264 MiB, the device heap (8 MiB) and printf buffer (1 MiB), and
+//              the driver's state and loaded code. Measured: NVML's used memory of the
+//              device before and after select_device makes the context.
+//   cuBLAS      32 MiB: the workspace pool cublasCreate allocates when none is set, the
+//              size cuBLAS's documentation gives for Hopper (cublasSetWorkspace), with
+//              the handle's state. Measured: used memory around the engine's cublasCreate.
+//   comm        NCCL: a communicator of one rank holds its state only (its collectives are
+//              copies), 4 MiB; of more ranks, the buffers of its connections too, made at
+//              the first collective (NCCL_RUNTIME_CONNECT): 4 MiB (Simple, NCCL_BUFFSIZE)
+//              + about 4.5 MiB (LL128) + 0.25 MiB (LL) per channel and peer it receives
+//              from, ring and tree over up to 32 channels on NVLink: about 512 MiB. The
+//              trainer makes data and tensor ones and, at pp > 1, two pipeline links of
+//              two ranks (sends and receives only: counted as larger ones, an upper
+//              estimate). Measured: used memory around each one's making (the engine's
+//              make_comm); buffers made at the first collective show in the run's
+//              unattributed bytes.
+//   first use  256 MiB: device_allowance::first_use (space/device_memory.hpp).
+struct device_plan_allowance {
+  std::size_t context = 0, cublas = 0, comms = 0, first_use = 0;
+  std::size_t total() const noexcept { return context + cublas + comms + first_use; }
+};
+inline device_plan_allowance plan_device_allowance(const plan_layout& l) {
+  constexpr std::size_t mib = std::size_t{1} << 20;
+  const auto comm = [&](int ranks) { return ranks > 1 ? 512 * mib : 4 * mib; };
+  return {512 * mib, 32 * mib, comm(l.dp) + comm(l.tp) + (l.pp > 1 ? 2 * comm(2) : 0), device_allowance::first_use};
 }
 
 }  // namespace strata

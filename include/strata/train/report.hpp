@@ -43,6 +43,13 @@ struct memory_report {
       if (offloaded.count(k) && offloaded.at(k) == host_offloaded) t += v;
     return t;
   }
+  // A device trainer's bytes on its device: the compute space's, less io_staging, which
+  // is host memory in every space (the whole-model walks assemble pieces on the host).
+  std::size_t device_bytes() const {
+    const auto io = bytes.find("io_staging");
+    const bool io_counted = io != bytes.end() && offloaded.count(io->first) && !offloaded.at(io->first);
+    return in_space(false) - (io_counted ? io->second : 0);
+  }
   nlohmann::json to_json() const {
     nlohmann::json j;
     for (auto& [k, v] : bytes) j[k] = v;

@@ -22,6 +22,7 @@
 #include "../parallel/pipeline.hpp"
 #include "../parallel/policies.hpp"
 #include "../parallel/precision.hpp"
+#include "../space/device_memory.hpp"
 #include "../space/host.hpp"
 #include "batch.hpp"
 #include "detail/engine.hpp"
@@ -130,6 +131,18 @@ class trainer {
   template <class Read>
   void set_weights_from(Read&& read) {
     body_.set_weights_from(read);
+  }
+
+  // A device trainer's device memory as measured (space/device_memory.hpp), not
+  // collective: the device's used memory when the trainer was built (other processes and
+  // this one's CUDA context) and the most it has used since (sampled after each step and
+  // evaluation, and now), strata's allocator high-water mark since the trainer was built,
+  // the bytes of the CUDA context, cuBLAS and the device communicators, each measured as
+  // the used memory around its making, and the device part of memory().
+  strata::device_memory device_memory()
+  requires(!std::is_same_v<Space, host>)
+  {
+    return body_.device_memory();
   }
 
   // Writes a checkpoint of the current step under dir (collective); `extra` is kept

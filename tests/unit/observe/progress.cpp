@@ -71,3 +71,59 @@ TEST_CASE("a metrics file that cannot be written is a config_error naming it") {
 }
 
 TEST_CASE("the host's measured peak is a positive GEMM rate") { CHECK(strata::measure_host_peak_flops(128, 2) > 0); }
+
+TEST_CASE("the summary: peak and report on the host; host and device side by side on a GPU") {
+  using log = strata::progress_log<strata::self_comm>;
+  constexpr double mib = 1 << 20;
+  const std::string host = log::summary_table({3153.4 * mib, 10 * mib}, {41413.5 * mib, 20 * mib}, {{}, {}});
+  CHECK(host ==
+        "  rank   peak RSS MiB   reported MiB\n"
+        "     0         3153.4        41413.5\n"
+        "     1           10.0           20.0\n");
+
+  strata::device_memory d;
+  d.start_used = static_cast<std::size_t>(612 * mib);
+  d.peak_used = static_cast<std::size_t>(42612 * mib);
+  d.strata_peak = static_cast<std::size_t>(41400 * mib);
+  d.report = static_cast<std::size_t>(41410 * mib);
+  d.context = static_cast<std::size_t>(530 * mib);
+  d.cublas = static_cast<std::size_t>(32 * mib);
+  d.comms = static_cast<std::size_t>(2 * mib);
+  const std::string gpu = log::summary_table({3153.4 * mib}, {41413.5 * mib}, {d});
+  INFO(gpu);
+  CHECK_THAT(gpu,
+             strata_test::contains_text("peak RSS   report part   used start  used peak  strata peak  report part"));
+  CHECK_THAT(gpu, strata_test::contains_text(
+                      "     0     3153.4           3.5        612.0    42612.0      41400.0      41410.0"));
+  CHECK_THAT(gpu, strata_test::contains_text("530.0   32.0    2.0\n"));
+  d.context.reset();
+  CHECK_THAT(log::summary_table({mib}, {mib}, {d}), strata_test::contains_text("       -   32.0    2.0\n"));
+}
+
+TEST_CASE("a GPU run's metrics file carries each rank's device record") {
+  strata::self_comm world;
+  const auto path = temp_file("device.jsonl");
+  strata::progress_options o;
+  o.quiet = true;
+  o.metrics_path = path.string();
+  strata::device_memory d;
+  d.start_used = 100;
+  d.peak_used = 300;
+  d.report = 150;
+  {
+    strata::progress_log log(world, o);
+    strata::step_stats s;
+    s.step = 1;
+    s.seconds = 1;
+    log.step(s, 1, 200, d);
+  }
+  std::ifstream f(path);
+  std::string line;
+  REQUIRE(std::getline(f, line));  // the header
+  REQUIRE(std::getline(f, line));
+  const auto j = nlohmann::json::parse(line);
+  CHECK(j.at("ranks")[0].at("device").at("used_growth_bytes") == 200);
+  CHECK(j.at("ranks")[0].at("device").at("report_bytes") == 150);
+  CHECK(j.at("ranks")[0].at("memory_bytes") == 200);
+  std::filesystem::remove(path);
+}

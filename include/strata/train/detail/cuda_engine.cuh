@@ -16,6 +16,7 @@
 #include "../../kernels/cuda_reduce.cuh"
 #include "../../optim/cuda_optim.cuh"
 #include "../../space/cuda.hpp"
+#include "../../space/cuda_memory.hpp"
 #include "../../space/cuda_stream.hpp"
 #include "../../space/cuda_transfer.hpp"
 #include "../../space/detail/cublas_check.hpp"
@@ -56,7 +57,8 @@ template <>
 class engine<cuda> {
  public:
   explicit engine(std::size_t largest) : reducer_(largest > 0 ? largest : 1) {
-    STRATA_CHECK_CUBLAS(cublasCreate(&blas_));
+    // cuBLAS's default workspace pool and its handle's state are not strata's allocations.
+    meter_.measure(&device_memory::cublas, [&] { STRATA_CHECK_CUBLAS(cublasCreate(&blas_)); });
     STRATA_CHECK_CUBLAS(cublasSetStream(blas_, stream_.get()));
     // cuBLAS's single-stream results are the same bits run to run. (16-bit operands, in
     // mixed precision, take tensor cores whatever the math mode.)
@@ -104,8 +106,16 @@ class engine<cuda> {
   // waiting on one orders later work after it.
   template <class HostComm>
   device_comm make_comm(HostComm& host, const char* name) {
-    return device_comm::over(host, comm_kind_, stream_.get(), name);
+    const auto from = meter_.mark_now();  // its device memory: the used memory around its making
+    device_comm c = device_comm::over(host, comm_kind_, stream_.get(), name);
+    meter_.add_since(&device_memory::comms, from);
+    return c;
   }
+  // The device memory of this trainer's run (space/cuda_memory.hpp): sampled when the
+  // buffers are all held (after a step), read with the device part of the report.
+  void sample_memory() { meter_.sample(); }
+  device_memory memory(std::size_t report) { return meter_.read(report); }
+
   // The host waits with an eye on the NCCL communicators: a failed peer is an error
   // (after their time-out at worst), never a hang.
   void synchronize() { wait_stream(stream_.get()); }
@@ -181,6 +191,8 @@ class engine<cuda> {
 
  private:
   device_comm_kind comm_kind_ = device_comm_from_env();  // first: a bad value fails before any CUDA work
+  // Before the stream and every buffer: its start is the run's.
+  cuda_memory_meter meter_;
   cuda_stream stream_;
   cublasHandle_t blas_ = nullptr;
   mutable cuda_scratch scratch_;  // lent to the layers with the stream (exec())

@@ -23,6 +23,7 @@
 #include "../../optim/clip.hpp"
 #include "../../optim/loss_scaler.hpp"
 #include "../../parallel/bucket_plan.hpp"
+#include "../../space/device_memory.hpp"
 #include "../../space/host_threads.hpp"
 #include "../batch.hpp"
 #include "../layer_table.hpp"
@@ -153,6 +154,7 @@ class trainer_body {
     s.idle_seconds = driver_.idle_seconds();
     s.samples_per_s = static_cast<double>(b.inputs.dim(0)) * dp_.size() / s.seconds;
     s.host_threads = host_threads().threads;
+    sample_device_memory();
     return s;
   }
 
@@ -162,7 +164,9 @@ class trainer_body {
     driver_.run_forward(b);
     dev_.eng->settle_id_checks();
     count_activations(live);
-    return driver_.finish_loss();
+    const float loss = driver_.finish_loss();
+    sample_device_memory();
+    return loss;
   }
 
   // A batch in another space (host memory for a device trainer), copied over first.
@@ -192,6 +196,12 @@ class trainer_body {
   }
 
   memory_report memory() const { return state_.report(offload_, activation_bytes()); }
+  // A device trainer's device memory as measured, beside its report's device part.
+  strata::device_memory device_memory()
+  requires(!types::on_host)
+  {
+    return dev_.eng->memory(memory().device_bytes());
+  }
   // What the layers' outputs, caches and gradients hold (every schedule slot in use):
   // measured as the growth of the space's live bytes over the forward and backward passes,
   // which reuse their tensors once sized, so the count is the truth, whatever the layers.
@@ -251,6 +261,11 @@ class trainer_body {
     if (grid_.tp_size() > 1) grid_.tensor().all_reduce(std::span<std::int64_t>(&first, 1), reduce_op::min);
     if (grid_.pp_size() > 1) grid_.pipeline().all_reduce(std::span<std::int64_t>(&first, 1), reduce_op::min);
     return first < static_cast<std::int64_t>(ps.size()) ? ps[static_cast<std::size_t>(first)].name : std::string();
+  }
+
+  // After the step's or evaluation's device work: every buffer is sized and held.
+  void sample_device_memory() {
+    if constexpr (!types::on_host) dev_.eng->sample_memory();
   }
 
   void count_activations(std::size_t live_before) {
