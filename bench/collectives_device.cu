@@ -149,12 +149,14 @@ void per_call_breakdown(strata::nccl_comm& comm, strata::world_comm& host, float
   const std::vector<row> rows{
       {"raw NCCL on the compute stream", [&] { raw_on(blocking, cs); }},
       {"+ non-blocking communicator", [&] { raw_on(nonblocking, cs); }},
-      {"+ cudaPointerGetAttributes", [&] {
+      {"+ cudaPointerGetAttributes",
+       [&] {
          cudaPointerAttributes at{};
          STRATA_CHECK_CUDA(cudaPointerGetAttributes(&at, a));
          raw_on(nonblocking, cs);
        }},
-      {"+ ncclCommGetAsyncError", [&] {
+      {"+ ncclCommGetAsyncError",
+       [&] {
          ncclResult_t st = ncclSuccess;
          STRATA_CHECK_NCCL(ncclCommGetAsyncError(nonblocking.get(), &st));
          raw_on(nonblocking, cs);
@@ -164,9 +166,10 @@ void per_call_breakdown(strata::nccl_comm& comm, strata::world_comm& host, float
       {"strata all_reduce_async, then wait", [&] { comm.all_reduce_async(std::span(a, count)).wait(); }},
   };
   if (host.rank() == 0)
-    std::printf("\n# per-call breakdown: all_reduce of %zu floats in place, %d calls back to back, median of 5\n"
-                "# %-44s %12s %14s\n",
-                count, calls, "what", "host us/call", "device us/call");
+    std::printf(
+        "\n# per-call breakdown: all_reduce of %zu floats in place, %d calls back to back, median of 5\n"
+        "# %-44s %12s %14s\n",
+        count, calls, "what", "host us/call", "device us/call");
   for (const row& r : rows) {
     std::vector<double> host_us, device_us;
     for (int rep = 0; rep < 6; ++rep) {
