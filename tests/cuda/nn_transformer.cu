@@ -671,10 +671,10 @@ void compare_models_bf16(Model& hm, Model& dm, const Pairs& params, const strata
   INFO("summed over params: device to host fp32 " << device_to_fp32 << ", host bf16 to host fp32 " << host_bf16_to_fp32
                                                   << ", device to host bf16 " << device_to_bf16);
   if (std::getenv("STRATA_TEST_VERBOSE"))
-    std::printf("%-36s device to fp32 / host bf16 to fp32 = %.2e (tolerance [0.5, 2]); device to host bf16 %.2e, "
-                "host bf16 to fp32 %.2e (loss: device %.7g, host bf16 %.7g, host fp32 %.7g)\n",
-                "grads (bf16 roundings)", ratio, device_to_bf16, host_bf16_to_fp32, device_loss, host16_loss,
-                host_loss);
+    std::printf(
+        "%-36s device to fp32 / host bf16 to fp32 = %.2e (tolerance [0.5, 2]); device to host bf16 %.2e, "
+        "host bf16 to fp32 %.2e (loss: device %.7g, host bf16 %.7g, host fp32 %.7g)\n",
+        "grads (bf16 roundings)", ratio, device_to_bf16, host_bf16_to_fp32, device_loss, host16_loss, host_loss);
   CHECK(host_bf16_to_fp32 > 0.0);  // the reference itself rounded
   CHECK(ratio >= 0.5);
   CHECK(ratio <= 2.0);
