@@ -49,36 +49,36 @@ memory_report plan_memory(Model& m, const plan_layout& l, int stage, std::size_t
       .report(l.mixed ? 2 : 4, split, l.offload, activation_bytes, l.device && l.mixed ? 2 : 4);
 }
 
-// What a device rank takes beyond its report's device part, for a plan: estimates for
-// CUDA 13 on an H200, each measured by a GPU run (trainer::device_memory(); the examples'
-// --report, memory_per_rank[].device), where the first run's numbers are to replace them.
-//   context    512 MiB: the local memory the context reserves for every thread the device
-//              can hold, 1 KiB of stack (cudaLimitStackSize's default) x 132 SMs x 2,048
-//              threads = 264 MiB, the device heap (8 MiB) and printf buffer (1 MiB), and
-//              the driver's state and loaded code. Measured: NVML's used memory of the
-//              device before and after select_device makes the context.
-//   cuBLAS      32 MiB: the workspace pool cublasCreate allocates when none is set, the
-//              size cuBLAS's documentation gives for Hopper (cublasSetWorkspace), with
-//              the handle's state. Measured: used memory around the engine's cublasCreate.
-//   comm        NCCL: a communicator of one rank holds its state only (its collectives are
-//              copies), 4 MiB; of more ranks, the buffers of its connections too, made at
-//              the first collective (NCCL_RUNTIME_CONNECT): 4 MiB (Simple, NCCL_BUFFSIZE)
-//              + about 4.5 MiB (LL128) + 0.25 MiB (LL) per channel and peer it receives
-//              from, ring and tree over up to 32 channels on NVLink: about 512 MiB. The
-//              trainer makes data and tensor ones and, at pp > 1, two pipeline links of
-//              two ranks (sends and receives only: counted as larger ones, an upper
-//              estimate). Measured: used memory around each one's making (the engine's
-//              make_comm); buffers made at the first collective show in the run's
-//              unattributed bytes.
-//   first use  256 MiB: device_allowance::first_use (space/device_memory.hpp).
+// What a device rank takes beyond its report's device part, for a plan. Measured on an
+// H200 (CUDA 13.0, driver 580, NCCL 2.28.3; scripts/gpu-check's cuda.device_memory and
+// the 0.5B run, 2026-12-04) where a figure says so; the rest are estimates.
+//   context    524 MiB, measured (523.6: NVML's used memory of the device before and after
+//              select_device makes the context): the local memory reserved for every
+//              thread the device can hold (1 KiB of stack x 132 SMs x 2,048 threads =
+//              264 MiB), the device heap and printf buffer, the driver's state and code.
+//   cuBLAS      64 MiB, measured (used memory around the engine's cublasCreate): the
+//              workspace pool it allocates when none is set, and the handle's state.
+//   comm        NCCL: 484 MiB for a communicator of one rank, measured (968 MiB around the
+//              data and tensor communicators of a one-GPU run: NCCL sets up its channels'
+//              buffers and its proxy even where every collective is a copy); of more
+//              ranks, add the buffers of its connections, made at the first collective
+//              (NCCL_RUNTIME_CONNECT): 4 MiB (Simple, NCCL_BUFFSIZE) + about 4.5 MiB
+//              (LL128) + 0.25 MiB (LL) per channel and peer it receives from, ring and
+//              tree over up to 32 channels on NVLink: about 512 MiB, an estimate (the lent
+//              machines have one GPU). The trainer makes data and tensor ones and, at
+//              pp > 1, two pipeline links of two ranks (sends and receives only: counted as
+//              larger ones, an upper estimate). With STRATA_DEVICE_COMM=mpi none of this is
+//              on the device (its staging is pinned host memory): the plan then overstates.
+//   first use  256 MiB: device_allowance::first_use (space/device_memory.hpp), an estimate
+//              (the 0.5B run left 39.9 MiB unattributed).
 struct device_plan_allowance {
   std::size_t context = 0, cublas = 0, comms = 0, first_use = 0;
   std::size_t total() const noexcept { return context + cublas + comms + first_use; }
 };
 inline device_plan_allowance plan_device_allowance(const plan_layout& l) {
   constexpr std::size_t mib = std::size_t{1} << 20;
-  const auto comm = [&](int ranks) { return ranks > 1 ? 512 * mib : 4 * mib; };
-  return {512 * mib, 32 * mib, comm(l.dp) + comm(l.tp) + (l.pp > 1 ? 2 * comm(2) : 0), device_allowance::first_use};
+  const auto comm = [&](int ranks) { return ranks > 1 ? (484 + 512) * mib : 484 * mib; };
+  return {524 * mib, 64 * mib, comm(l.dp) + comm(l.tp) + (l.pp > 1 ? 2 * comm(2) : 0), device_allowance::first_use};
 }
 
 }  // namespace strata

@@ -235,16 +235,16 @@ TEST_CASE("a report's device part leaves out what lives in host memory") {
   CHECK(r.device_bytes() == 150);
 }
 
-TEST_CASE("the plan's device terms: the stated estimates, NCCL's by communicator size") {
+TEST_CASE("the plan's device terms: the measured context, cuBLAS and one-rank NCCL; NCCL's larger ones") {
   strata::plan_layout l;
   auto a = strata::plan_device_allowance(l);
-  CHECK(a.context == 512 * mib);
-  CHECK(a.cublas == 32 * mib);
-  CHECK(a.comms == 8 * mib);  // data and tensor, one rank each
+  CHECK(a.context == 524 * mib);
+  CHECK(a.cublas == 64 * mib);
+  CHECK(a.comms == 2 * 484 * mib);  // data and tensor, one rank each
   CHECK(a.first_use == strata::device_allowance::first_use);
-  CHECK(a.total() == (512 + 32 + 8 + 256) * mib);
+  CHECK(a.total() == (524 + 64 + 2 * 484 + 256) * mib);
   l.dp = 4;
-  CHECK(strata::plan_device_allowance(l).comms == (512 + 4) * mib);
+  CHECK(strata::plan_device_allowance(l).comms == (484 + 512 + 484) * mib);
   l.pp = 2;  // and two pipeline links
-  CHECK(strata::plan_device_allowance(l).comms == (3 * 512 + 4) * mib);
+  CHECK(strata::plan_device_allowance(l).comms == (3 * (484 + 512) + 484) * mib);
 }
