@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "error_text.hpp"
+#include "support/device_data.hpp"
 
 namespace {
 
@@ -27,37 +29,18 @@ strata::environment& env() {
   return e;
 }
 
-template <class T>
-std::vector<T> to_host(const strata::cuda_buffer<T>& d, cudaStream_t s) {
-  std::vector<T> h(d.size());
-  strata::cuda::copy_async(h.data(), d.data(), d.bytes(), s);
-  STRATA_CHECK_CUDA(cudaStreamSynchronize(s));
-  return h;
-}
-template <class T>
-strata::cuda_buffer<T> to_device(const std::vector<T>& h) {
-  strata::cuda_buffer<T> d(h.size());
-  strata::cuda::copy(d.data(), h.data(), d.bytes());
-  return d;
-}
+using test::to_device;
+using test::to_host;
+
 // Different data on every rank, so a reduction that dropped or repeated a rank shows.
 std::vector<float> rank_floats(std::size_t n, int salt) {
-  std::mt19937 gen(static_cast<unsigned>(1000 * salt + env().rank()));
-  std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(gen);
-  return v;
+  return test::random_floats(n, static_cast<unsigned>(1000 * salt + env().rank()));
 }
 template <class F>
 std::string comm_error_of(F&& f) {
-  try {
-    f();
-  } catch (const strata::comm_error& e) {
-    return e.what();
-  }
-  return "(no comm_error)";
+  return strata_test::error_text_of<strata::comm_error>(f);
 }
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) { return strata_test::has_text(s, part); }
 
 // Each collective on the device against the host communicator on the same data.
 void check_against_host(strata::mpi_device_comm& c, cudaStream_t cs) {

@@ -16,42 +16,22 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "error_text.hpp"
+#include "support/device_data.hpp"
 
 namespace {
 
-template <class T>
-std::vector<T> to_host(const strata::cuda_buffer<T>& d, cudaStream_t s) {
-  std::vector<T> h(d.size());
-  strata::cuda::copy_async(h.data(), d.data(), d.bytes(), s);
-  STRATA_CHECK_CUDA(cudaStreamSynchronize(s));
-  return h;
-}
+using test::to_device;
+using test::to_host;
 
-template <class T>
-strata::cuda_buffer<T> to_device(const std::vector<T>& h) {
-  strata::cuda_buffer<T> d(h.size());
-  strata::cuda::copy(d.data(), h.data(), d.bytes());
-  return d;
-}
-
-std::vector<float> random_floats(std::size_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
+using test::random_floats;
 
 template <class F>
 std::string comm_error_of(F&& f) {
-  try {
-    f();
-  } catch (const strata::comm_error& e) {
-    return e.what();
-  }
-  return "(no comm_error)";
+  return strata_test::error_text_of<strata::comm_error>(f);
 }
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using strata_test::has_text;
+bool has(const std::string& s, const std::string& part) { return has_text(s, part); }
 
 // One MPI session for the whole program: MPI cannot start again once finalized.
 strata::environment& env() {

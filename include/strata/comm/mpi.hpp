@@ -13,6 +13,7 @@
 
 #include "../core/error.hpp"
 #include "detail/mpi_exec.hpp"
+#include "detail/size_checks.hpp"
 #include "mpi_types.hpp"
 #include "reduce_op.hpp"
 #include "request.hpp"
@@ -162,11 +163,7 @@ class mpi_comm {
   }
   template <class U, class T>
   detail::mpi_task reduce_scatter_task(std::span<U> in, std::span<T> out, reduce_op op) const {
-    const std::size_t p = static_cast<std::size_t>(size());
-    expects<comm_error>(in.size() == out.size() * p, [&] {
-      return strata::cat("reduce_scatter on ", name(), ": input has ", in.size(), " elements, expected out (",
-                         out.size(), ") x size (", p, ") = ", out.size() * p);
-    });
+    detail::check_reduce_scatter_sizes(in.size(), out.size(), size(), name());
     expects<comm_error>(!overlap(in, out) || out.empty(),
                         [&] { return strata::cat("reduce_scatter on ", name(), ": input and output overlap"); });
     auto t = task<T>(detail::mpi_task::kind::reduce_scatter, in.size());
@@ -179,11 +176,7 @@ class mpi_comm {
   }
   template <class U, class T>
   detail::mpi_task all_gather_task(std::span<U> in, std::span<T> out) const {
-    const std::size_t p = static_cast<std::size_t>(size());
-    expects<comm_error>(out.size() == in.size() * p, [&] {
-      return strata::cat("all_gather on ", name(), ": output has ", out.size(), " elements, expected in (", in.size(),
-                         ") x size (", p, ") = ", in.size() * p);
-    });
+    detail::check_all_gather_sizes(in.size(), out.size(), size(), name());
     const T* own = out.data() + static_cast<std::size_t>(rank()) * in.size();
     expects<comm_error>(in.data() == own || !overlap(in, out), [&] {
       return strata::cat("all_gather on ", name(), ": input overlaps the output but is not block ", rank(), " of it");

@@ -46,6 +46,7 @@
 #include "comm_forms.hpp"
 #include "communicator.hpp"
 #include "detail/device_pointer.hpp"
+#include "detail/size_checks.hpp"
 #include "mpi.hpp"
 #include "reduce_op.hpp"
 #include "request.hpp"
@@ -257,11 +258,7 @@ class mpi_device_comm : public comm_forms<mpi_device_comm> {
   template <class U, comm_element T>
   requires std::is_same_v<std::remove_const_t<U>, T>
   request reduce_scatter_async(std::span<U> in, std::span<T> out, reduce_op op = reduce_op::sum) {
-    const std::size_t p = static_cast<std::size_t>(size());
-    expects<comm_error>(in.size() == out.size() * p, [&] {
-      return strata::cat("reduce_scatter on ", name(), ": input has ", in.size(), " elements, expected out (",
-                         out.size(), ") x size (", p, ") = ", out.size() * p);
-    });
+    detail::check_reduce_scatter_sizes(in.size(), out.size(), size(), name());
     check_device_memory(in.data(), "reduce_scatter");
     check_device_memory(out.data(), "reduce_scatter");
     auto& s = state();
@@ -280,7 +277,7 @@ class mpi_device_comm : public comm_forms<mpi_device_comm> {
   template <class U, comm_element T>
   requires std::is_same_v<std::remove_const_t<U>, T>
   request all_gather_async(std::span<U> in, std::span<T> out) {
-    check_gather(in.size(), out.size(), "all_gather");
+    detail::check_all_gather_sizes(in.size(), out.size(), size(), name());
     check_device_memory(in.data(), "all_gather");
     check_device_memory(out.data(), "all_gather");
     auto& s = state();
@@ -298,7 +295,7 @@ class mpi_device_comm : public comm_forms<mpi_device_comm> {
   template <class U, comm_element T>
   requires std::is_same_v<std::remove_const_t<U>, T>
   request all_gather_from_host_async(std::span<U> in, std::span<T> out) {
-    check_gather(in.size(), out.size(), "all_gather_from_host");
+    detail::check_all_gather_sizes(in.size(), out.size(), size(), name(), "all_gather_from_host");
     detail::expect_memory_kind(in.data(), "all_gather_from_host", name(), true,
                                "is not pinned host memory; give it buffer<T, strata::pinned> data");
     check_device_memory(out.data(), "all_gather_from_host");
@@ -432,13 +429,6 @@ class mpi_device_comm : public comm_forms<mpi_device_comm> {
     return issue(std::move(first), std::move(second), device_dst, &blk, offset, bytes);
   }
 
-  void check_gather(std::size_t in, std::size_t out, const char* op) const {
-    const std::size_t p = static_cast<std::size_t>(size());
-    expects<comm_error>(out == in * p, [&] {
-      return strata::cat(op, " on ", name(), ": output has ", out, " elements, expected in (", in, ") x size (", p,
-                         ") = ", in * p);
-    });
-  }
   void check_rank(int r, const char* what) const {
     expects<comm_error>(r >= 0 && r < size(), [&] {
       return strata::cat(what, " ", r, " on ", name(), ": not a rank of a communicator of size ", size());

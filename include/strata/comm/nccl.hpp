@@ -32,6 +32,7 @@
 #include "detail/nccl_state.hpp"
 #include "detail/nccl_types.hpp"
 #include "detail/rendezvous.hpp"
+#include "detail/size_checks.hpp"
 #include "reduce_op.hpp"
 #include "request.hpp"
 
@@ -169,11 +170,7 @@ class nccl_comm : public comm_forms<nccl_comm> {
   template <class U, comm_element T>
   requires std::is_same_v<std::remove_const_t<U>, T>
   request reduce_scatter_async(std::span<U> in, std::span<T> out, reduce_op op = reduce_op::sum) {
-    const std::size_t p = static_cast<std::size_t>(size());
-    expects<comm_error>(in.size() == out.size() * p, [&] {
-      return strata::cat("reduce_scatter on ", name(), ": input has ", in.size(), " elements, expected out (",
-                         out.size(), ") x size (", p, ") = ", out.size() * p);
-    });
+    detail::check_reduce_scatter_sizes(in.size(), out.size(), size(), name());
     expects<comm_error>(!overlap(in, out) || out.empty(),
                         [&] { return strata::cat("reduce_scatter on ", name(), ": input and output overlap"); });
     check_device_memory(in.data(), "reduce_scatter");
@@ -187,11 +184,7 @@ class nccl_comm : public comm_forms<nccl_comm> {
   template <class U, comm_element T>
   requires std::is_same_v<std::remove_const_t<U>, T>
   request all_gather_async(std::span<U> in, std::span<T> out) {
-    const std::size_t p = static_cast<std::size_t>(size());
-    expects<comm_error>(out.size() == in.size() * p, [&] {
-      return strata::cat("all_gather on ", name(), ": output has ", out.size(), " elements, expected in (", in.size(),
-                         ") x size (", p, ") = ", in.size() * p);
-    });
+    detail::check_all_gather_sizes(in.size(), out.size(), size(), name());
     const T* own = out.data() + static_cast<std::size_t>(rank()) * in.size();
     expects<comm_error>(in.data() == own || !overlap(in, out), [&] {
       return strata::cat("all_gather on ", name(), ": input overlaps the output but is not block ", rank(), " of it");
@@ -210,11 +203,7 @@ class nccl_comm : public comm_forms<nccl_comm> {
   template <class U, comm_element T>
   requires std::is_same_v<std::remove_const_t<U>, T>
   request all_gather_from_host_async(std::span<U> in, std::span<T> out) {
-    const std::size_t p = static_cast<std::size_t>(size());
-    expects<comm_error>(out.size() == in.size() * p, [&] {
-      return strata::cat("all_gather_from_host on ", name(), ": output has ", out.size(), " elements, expected in (",
-                         in.size(), ") x size (", p, ") = ", in.size() * p);
-    });
+    detail::check_all_gather_sizes(in.size(), out.size(), size(), name(), "all_gather_from_host");
     check_pinned_memory(in.data(), "all_gather_from_host");
     check_device_memory(out.data(), "all_gather_from_host");
     T* own = out.data() + static_cast<std::size_t>(rank()) * in.size();

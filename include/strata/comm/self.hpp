@@ -15,6 +15,7 @@
 #include "../core/dtype.hpp"
 #include "../core/error.hpp"
 #include "comm_forms.hpp"
+#include "detail/size_checks.hpp"
 #include "reduce_op.hpp"
 #include "request.hpp"
 
@@ -135,20 +136,14 @@ class self_comm : public comm_forms<self_comm> {
   template <class U, comm_element T>
   requires std::is_same_v<std::remove_const_t<U>, T>
   request reduce_scatter_async(std::span<U> in, std::span<T> out, reduce_op = reduce_op::sum) {
-    expects<comm_error>(in.size() == out.size(), [&] {
-      return strata::cat("reduce_scatter on ", name_, ": input has ", in.size(), " elements, expected out (",
-                         out.size(), ") x size (1)");
-    });
+    detail::check_reduce_scatter_sizes(in.size(), out.size(), size(), name_);
     copy(out.data(), in.data(), in.size());
     return {};
   }
   template <class U, comm_element T>
   requires std::is_same_v<std::remove_const_t<U>, T>
   request all_gather_async(std::span<U> in, std::span<T> out) {
-    expects<comm_error>(in.size() == out.size(), [&] {
-      return strata::cat("all_gather on ", name_, ": output has ", out.size(), " elements, expected in (", in.size(),
-                         ") x size (1)");
-    });
+    detail::check_all_gather_sizes(in.size(), out.size(), size(), name_);
     copy(out.data(), in.data(), in.size());
     return {};
   }

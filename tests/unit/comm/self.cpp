@@ -7,6 +7,7 @@
 #include <strata/comm/communicator.hpp>
 #include <strata/comm/self.hpp>
 #include "catch.hpp"
+#include "error_text.hpp"
 
 using strata::reduce_op;
 using strata::self_comm;
@@ -18,14 +19,9 @@ static_assert(!strata::communicator<int>);
 namespace {
 template <class F>
 std::string comm_error_of(F&& f) {
-  try {
-    f();
-  } catch (const strata::comm_error& e) {
-    return e.what();
-  }
-  return "no comm_error";
+  return strata_test::error_text_of<strata::comm_error>(f);
 }
-bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const char* part) { return strata_test::has_text(s, part); }
 }  // namespace
 
 TEST_CASE("self_comm collectives with one process", "[self]") {

@@ -95,32 +95,14 @@ class nccl_state final : public request_source {
     stream_.wait(s.ready);
   }
   // Marks the end of operation `op` on the communication stream; returns its ticket.
-  std::uint64_t finish(const char* op) {
-    const std::uint64_t t = ++last_;
-    slot& s = ring_[t % ring];
-    s.done.record(stream_);
-    s.ticket = t;
-    s.op = op;
-    s.on_compute = false;
-    last_on_compute_ = false;
-    return t;
-  }
+  std::uint64_t finish(const char* op) { return mark_end(op, stream_.get(), false); }
   // The same for an operation queued on the compute stream itself (a blocking form): it
   // follows the operations before it, which NCCL runs in call order, also when the last
   // went on the communication stream.
   void begin_on_compute() {
     if (last_ > 0 && !last_on_compute_) stream_wait(compute_, ring_[last_ % ring].done);
   }
-  std::uint64_t finish_on_compute(const char* op) {
-    const std::uint64_t t = ++last_;
-    slot& s = ring_[t % ring];
-    s.done.record(compute_);
-    s.ticket = t;
-    s.op = op;
-    s.on_compute = true;
-    last_on_compute_ = true;
-    return t;
-  }
+  std::uint64_t finish_on_compute(const char* op) { return mark_end(op, compute_, true); }
 
   // Device pointers already checked (nccl_comm::check_memory), the last few.
   bool known_device_pointer(const void* p) const noexcept {
@@ -207,6 +189,17 @@ class nccl_state final : public request_source {
   }
 
  private:
+  std::uint64_t mark_end(const char* op, cudaStream_t on, bool on_compute) {
+    const std::uint64_t t = ++last_;
+    slot& s = ring_[t % ring];
+    s.done.record(on);
+    s.ticket = t;
+    s.op = op;
+    s.on_compute = on_compute;
+    last_on_compute_ = on_compute;
+    return t;
+  }
+
   // Aborts once the oldest unfinished operation has been able to run for longer than the
   // time-out (runnable_clock): the collectives queued before it and the computation it
   // waits for do not count, so a deep queue of long collectives (a ZeRO-3 step's
