@@ -285,8 +285,11 @@ class nccl_comm : public comm_forms<nccl_comm> {
     launch().wait();
   }
   // Blocks the host until every rank has reached the barrier (or the time-out aborts).
+  // On the compute stream, as a blocking form: the operation after it then has no
+  // communication-stream operation to wait for.
   void barrier() {
-    barrier_async().wait();
+    auto launch = [&] { return barrier_async(); };
+    run_blocking(launch);
     synchronize();
   }
   // Blocks the host until every operation queued so far has finished.

@@ -100,7 +100,9 @@ class nccl_state final : public request_source {
   // follows the operations before it, which NCCL runs in call order, also when the last
   // went on the communication stream.
   void begin_on_compute() {
-    if (last_ > 0 && !last_on_compute_) stream_wait(compute_, ring_[last_ % ring].done);
+    // (A finished one needs no wait: the query costs less than the wait's call.)
+    if (last_ > 0 && !last_on_compute_ && !ring_[last_ % ring].done.done())
+      stream_wait(compute_, ring_[last_ % ring].done);
   }
   std::uint64_t finish_on_compute(const char* op) { return mark_end(op, compute_, true); }
 
