@@ -21,7 +21,7 @@ inline auto contains_text(const std::string& part) {
 #if STRATA_CATCH3
   return Catch::Matchers::ContainsSubstring(part);
 #else
-  return strata_test::contains_text(part);
+  return Catch::Contains(part);
 #endif
 }
 
