@@ -54,6 +54,7 @@ void check_close(const gpt_result& got, const gpt_result& want, const char* what
   const double d = test::relative_distance(got.master, want.master);
   INFO("relative distance of the weights " << d);
   CHECK(d < 1e-5);
+  REQUIRE(got.losses.size() == want.losses.size());
   for (std::size_t i = 0; i < want.losses.size(); ++i)
     CHECK(std::abs(got.losses[i] - want.losses[i]) <= 1e-5f * std::abs(want.losses[i]));
 }

@@ -8,6 +8,7 @@
 
 #include "catch.hpp"
 #include "mlp_run.hpp"
+#include "poisoned_mlp.hpp"
 
 using namespace strata;
 
@@ -85,43 +86,13 @@ TEST_CASE("the clipped global norm is the single-process norm") {
 }
 
 // ---- overflow: a layer that poisons its gradient on one rank at one step ----------
-namespace {
-std::atomic<int> poison_rank{-1};
-std::atomic<long> poison_call{-1};
-std::atomic<long> poison_calls{1};  // how many backward calls from poison_call on
-std::atomic<long> backward_calls{0};
-float poison_value = std::numeric_limits<float>::infinity();
-
-struct poison_layer {
-  param<float> w{shape{1}, init_spec::ones()};
-  struct cache {};
-  template <class Ctx>
-  void forward(Ctx&, const tensor<float>& x, tensor<float>& y, cache&) const {
-    y.resize(x.shape());
-    std::copy_n(x.data(), x.numel(), y.data());
-  }
-  template <class Ctx>
-  void backward(Ctx&, const tensor<float>& dy, tensor<float>& dx, cache&) {
-    dx.resize(dy.shape());
-    std::copy_n(dy.data(), dy.numel(), dx.data());
-    const long call = backward_calls++;
-    if (environment().rank() == poison_rank && call >= poison_call && call < poison_call + poison_calls)
-      w.grad()[0] = poison_value;
-  }
-};
-
-struct poisoned_model {
-  std::vector<mlp::hidden_block> blocks;
-  poison_layer poison;
-  nn::linear head;
-  nn::softmax_cross_entropy loss;
-};
-
-poisoned_model make_poisoned(const mlp::shape_config& c) {
-  auto m = mlp::make_model(c);
-  return {std::move(m.blocks), {}, std::move(m.head), {}};
-}
-}  // namespace
+// (tests/support/poisoned_mlp.hpp)
+using test::backward_calls;
+using test::make_poisoned;
+using test::poison_call;
+using test::poison_calls;
+using test::poison_rank;
+using test::poison_value;
 
 TEST_CASE("fp16: an inf gradient on one rank skips the step on every rank and halves the scale") {
   environment env;
