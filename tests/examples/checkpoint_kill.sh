@@ -19,7 +19,12 @@ STRATA_FAULT_KILL_IN_SAVE=1:4 "$mpiexec" -n 4 "$mlp" "${common[@]}" --save "$wor
 rc=$?
 set -e
 echo "killed run exited with $rc"
-[ "$rc" != 0 ] || { echo "FAILED: the run with a killed rank reported success"; exit 1; }
+# It failed for the reason meant: mpiexec reports rank 1 killed by SIGKILL (exit code 128 + 9),
+# and no rank reported an error of its own (a save that failed another way would).
+[ "$rc" = 137 ] || { echo "FAILED: the run with a killed rank exited $rc, not 137 (SIGKILL):"; cat "$work/killed.log"; exit 1; }
+grep -Eq "process rank 1 with PID [0-9]+ on node .* exited on signal 9" "$work/killed.log" ||
+  { echo "FAILED: the log does not say rank 1 was killed:"; cat "$work/killed.log"; exit 1; }
+if grep -q "mlp: error" "$work/killed.log"; then echo "FAILED: an error besides the kill:"; cat "$work/killed.log"; exit 1; fi
 latest=$(cat "$work/ckpt/latest")
 echo "latest after the kill: $latest"
 [ "$latest" = "step-00000002" ] || { echo "FAILED: latest is '$latest', expected step-00000002"; exit 1; }

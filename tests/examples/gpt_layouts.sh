@@ -14,10 +14,12 @@ python3 - "$work" <<'PY'
 import json, sys, os
 work = sys.argv[1]
 one = json.load(open(os.path.join(work, "one.json")))
+assert len(one["losses"]) == 6, f"one process: {len(one['losses'])} losses for --steps 6"
 for name in ("tp2pp2", "pp2dp2", "tp2dp2"):
     r = json.load(open(os.path.join(work, name + ".json")))
     for key in ("final_loss", "weights_hash", "skipped_steps", "memory", "pipeline_idle_fraction"):
         assert key in r, f"{name}: report lacks {key}"
+    assert len(r["losses"]) == len(one["losses"]), f"{name}: {len(r['losses'])} losses, one process {len(one['losses'])}"
     for a, b in zip(r["losses"], one["losses"]):
         assert abs(a - b) <= 1e-5 * abs(b), f"{name}: loss {a} vs one process {b}"
     print(f"{name}: losses match one process; final {r['final_loss']:.6f}, idle fraction {r['pipeline_idle_fraction']:.3f}")

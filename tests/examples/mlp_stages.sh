@@ -39,7 +39,7 @@ for bad in "--zero 5" "--micro-batches 0" "--steps -1" "--lr -0.1" "--precision 
   rc=$?
   set -e
   echo "mlp $bad -> exit $rc: $(echo "$out" | grep 'mlp: error' | head -1)"
-  [ "$rc" != 0 ] || { echo "FAILED: '$bad' was accepted"; exit 1; }
+  [ "$rc" = 2 ] || { echo "FAILED: '$bad' exited $rc, not 2"; exit 1; }
   echo "$out" | grep -q "mlp: error: " || { echo "FAILED: '$bad' gave no clear message"; exit 1; }
 done
 # Consolidated export: the safetensors package reads the file, and the weights in it are
@@ -115,7 +115,7 @@ set +e
 "$plot" "$work/progress.log" 2>"$work/plot_bad.log"; rc_bad=$?
 set -e
 [ $rc = 2 ] || { echo "FAILED: plot with a bad option exited $rc, not 2"; exit 1; }
-[ $rc_bad != 0 ] && grep -q "is it a --metrics file" "$work/plot_bad.log" || { echo "FAILED: plot of a non-metrics file"; exit 1; }
+[ $rc_bad = 1 ] && grep -q "is it a --metrics file" "$work/plot_bad.log" || { echo "FAILED: plot of a non-metrics file exited $rc_bad"; exit 1; }
 
 # --trace: one Chrome trace of both ranks, with a track per kind of work and communicator.
 "$mpiexec" -n 2 "$mlp" --zero 2 --steps 3 --micro-batches 2 --trace "$work/trace.json" --save "$work/traced" \
