@@ -93,10 +93,9 @@ TEST_CASE("resume at the same layout is bit-identical to an uninterrupted run, e
 
 namespace {
 // DeepSpeed's WarmupDecayLR with a linear warmup, written out here rather than taken from
-// optim/schedule.hpp: the rate of optimizer step k (0-based). k counts skipped steps, as
-// step_stats::step does; DeepSpeed's engine instead does not step its scheduler on an
-// overflowing step. This test holds strata's behaviour as it is: if that changes, so
-// does the index here.
+// optim/schedule.hpp: the rate of the k-th update (0-based). As in DeepSpeed's engine, a
+// step skipped for an overflow does not advance the schedule (it reports the rate it
+// would have used, and the next step uses it again).
 constexpr double min_lr = 1e-4, max_lr = 4e-3;
 constexpr long warmup = 6, total = 14;
 double warmup_decay_lr(long k) {
@@ -119,11 +118,13 @@ std::vector<step_stats> run_steps(Trainer& tr, const test::mlp_setup& s, long fr
   return out;
 }
 
-// Every step's lr is the formula's at its step number, skipped steps counted.
-void check_lrs(const std::vector<step_stats>& stats, long first_step) {
+// Every step's lr is the formula's at the updates taken before it: the steps before it,
+// less the skipped one if it came before (the skipped step itself reports the rate it
+// would have used, which the step after it uses).
+void check_lrs(const std::vector<step_stats>& stats, long first_step, long skipped) {
   for (std::size_t i = 0; i < stats.size(); ++i) {
     const long step = first_step + static_cast<long>(i);
-    const double want = warmup_decay_lr(step - 1);
+    const double want = warmup_decay_lr(step - 1 - (step > skipped ? 1 : 0));
     INFO("step " << step << " (reported " << stats[i].step << "): lr " << stats[i].lr << ", the formula's " << want);
     CHECK(stats[i].step == step);
     CHECK(std::abs(stats[i].lr - want) <= 1e-6 * want);  // the schedule's double rounded to float
@@ -134,10 +135,10 @@ void check_lrs(const std::vector<step_stats>& stats, long first_step) {
 // rank), saved after step 4 (inside the warmup) and resumed into a fresh trainer: the
 // resumed steps have the uninterrupted run's lrs, losses and, at the end, weights.
 // Mutations that fail it: in train/detail/trainer_body.hpp, load() resuming one step off
-// (`counters_.step = st.step + 1;`: step 5 reports step 6 and lr(5)), or a schedule that
-// does not count the skipped step (`s.lr = opts_.schedule.lr(counters_.step - 1 -
-// static_cast<long>(counters_.skipped.size()));`: step 4 gets lr(2), in both runs alike,
-// so the weights' hashes still agree and only the lrs tell).
+// (`counters_.step = st.step + 1;`: step 5 reports step 6 and the next lr), or a schedule
+// that advances on the skipped step too (`s.lr = opts_.schedule.lr(counters_.step - 1);`:
+// step 4 gets lr(3), in both runs alike, so the weights' hashes still agree and only the
+// lrs tell).
 template <class S, class P>
 void check_schedule_resume(const char* tag) {
   environment env;
@@ -163,12 +164,12 @@ void check_schedule_resume(const char* tag) {
   REQUIRE(all.size() == static_cast<std::size_t>(s.steps));
   CHECK(straight.skipped_steps() == std::vector<long>{skipped});
   CHECK(all[skipped - 1].skipped);
-  check_lrs(all, 1);
+  check_lrs(all, 1, skipped);
   const auto want = weights_hash(straight.gather_master());
 
   poison();
   poisoned_trainer first(g, test::make_poisoned(s.shape), s.opts);
-  check_lrs(run_steps(first, s, 0, saved_at), 1);
+  check_lrs(run_steps(first, s, 0, saved_at), 1, skipped);
   first.save(dir.path);
   test::poison_rank = -1;
   poisoned_trainer resumed(g, test::make_poisoned(s.shape), s.opts);
@@ -177,7 +178,7 @@ void check_schedule_resume(const char* tag) {
   CHECK(resumed.skipped_steps() == std::vector<long>{skipped});
   const auto rest = run_steps(resumed, s, saved_at, s.steps);
   REQUIRE(rest.size() == static_cast<std::size_t>(s.steps - saved_at));
-  check_lrs(rest, saved_at + 1);
+  check_lrs(rest, saved_at + 1, skipped);
   for (std::size_t i = 0; i < rest.size(); ++i) {
     INFO("step " << saved_at + 1 + static_cast<long>(i));
     CHECK(rest[i].loss == all[saved_at + i].loss);

@@ -11,7 +11,9 @@
 
 namespace strata {
 
-// lr(k) is the rate of optimizer step k, counted from 0. It is DeepSpeed's get_lr() with
+// lr(k) is the rate of the k-th update, counted from 0: a trainer's steps skipped for
+// non-finite gradients do not advance it, as DeepSpeed's engine does not step its
+// scheduler on an overflow (train/detail/trainer_body.hpp). It is DeepSpeed's get_lr() with
 // last_batch_iteration = k. (DeepSpeed itself applies its constructor's value to the
 // first step and steps the scheduler after each optimizer step, so its step k + 1 uses
 // the value strata gives step k; strata does not repeat the first value.)

@@ -127,7 +127,10 @@ class trainer_body {
     s.step = ++counters_.step;
     s.loss = driver_.finish_loss();
     s.loss_scale = scale;
-    s.lr = opts_.schedule.lr(counters_.step - 1);
+    // The schedule advances with the updates taken, as DeepSpeed's engine and Hugging
+    // Face's Trainer step their schedulers only when the optimizer stepped: a skipped
+    // step reports the rate it would have used, and the next step uses that rate again.
+    s.lr = opts_.schedule.lr(counters_.step - 1 - static_cast<long>(counters_.skipped.size()));
     // One sum gives the global norm and the overflow verdict: a non-finite gradient on
     // any rank makes it non-finite everywhere.
     double sq = dev_.eng->sum_squares(state_.grad_shard.data(), norm_runs_);
