@@ -56,9 +56,14 @@ class device_comm : public comm_forms<device_comm> {
   template <class HostComm>
   static device_comm over(HostComm& host, device_comm_kind kind, cudaStream_t compute, std::string name) {
 #if STRATA_HAS_MPI
-    if constexpr (std::is_same_v<HostComm, mpi_comm>)
-      if (kind == device_comm_kind::mpi)
-        return device_comm(mpi_device_comm(host, {.compute_stream = compute, .name = std::move(name)}));
+    if (kind == device_comm_kind::mpi) {
+      mpi_comm* m = nullptr;
+      if constexpr (std::is_same_v<HostComm, mpi_comm>)
+        m = &host;
+      else if constexpr (requires { host.template get_if<mpi_comm>(); })
+        m = host.template get_if<mpi_comm>();
+      if (m) return device_comm(mpi_device_comm(*m, {.compute_stream = compute, .name = std::move(name)}));
+    }
 #endif
     expects<config_error>(kind == device_comm_kind::nccl, [&] {
       return cat("device communicator ", name, ": STRATA_DEVICE_COMM=", name_of(kind),

@@ -1,6 +1,9 @@
-// environment: starts MPI (or nothing, in a build without MPI) and gives the world
-// communicator, rank, size and local rank. Instances share one reference-counted session.
+// environment: starts the job's world the way it was launched (comm/launch.hpp): MPI under
+// an MPI launcher, Gloo for torchrun-, Ray-, Kubernetes- or Slurm-launched jobs without MPI,
+// else one process; and gives the world communicator, rank, size and local rank. Instances
+// share one reference-counted session.
 #pragma once
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
@@ -9,6 +12,8 @@
 
 #include "../core/config.hpp"
 #include "../core/error.hpp"
+#include "host_comm.hpp"
+#include "launch.hpp"
 #include "self.hpp"
 #if STRATA_HAS_MPI
 #include <mpi.h>
@@ -16,14 +21,15 @@
 #include "detail/hang_watch.hpp"
 #include "mpi.hpp"
 #endif
+#if STRATA_HAS_GLOO
+#include "detail/lane.hpp"
+#include "detail/rendezvous.hpp"
+#include "gloo.hpp"
+#endif
 
 namespace strata {
 
-#if STRATA_HAS_MPI
-using world_comm = mpi_comm;
-#else
-using world_comm = self_comm;
-#endif
+using world_comm = host_comm;
 
 namespace detail {
 
@@ -41,6 +47,7 @@ struct env_session {
   int refs = 0;
   bool owns_mpi = false;  // finalize only what we initialised
   int rank = 0, size = 1, local_rank = 0;
+  launch_info launch;
   std::optional<world_comm> world;
 #if STRATA_HAS_MPI
   std::optional<hang_watch> watch;  // answers hang reports (comm/detail/hang_watch.hpp)
@@ -63,6 +70,44 @@ struct env_session {
 #endif
 
   void start(int* argc, char*** argv) {
+    launch = detect_launch(STRATA_HAS_MPI != 0);
+    if (launch.kind == launcher::mpi)
+      start_mpi(argc, argv);
+    else if (launch.size > 1)
+      start_gloo();
+    else
+      world.emplace(self_comm("world"));
+    rank = launch.rank;
+    size = launch.size;
+    local_rank = launch.local_rank;
+    if (rank == 0 && launch.kind != launcher::single) {
+      std::fprintf(stderr, "strata: launch %s (%s): %d processes over %s%s\n", std::string(name_of(launch.kind)).c_str(),
+                   launch.source.c_str(), size, std::string(world->backend()).c_str(),
+                   launch.master_addr.empty()
+                       ? ""
+                       : cat(", rendezvous ", launch.master_addr, ":", launch.master_port).c_str());
+      std::fflush(stderr);
+    }
+  }
+
+  void start_gloo() {
+#if STRATA_HAS_GLOO
+    detail::rendezvous_config c;
+    c.master_addr = launch.master_addr;
+    c.master_port = launch.master_port;
+    c.rank = launch.rank;
+    c.world_size = launch.size;
+    c.local_rank = launch.local_rank;
+    c.timeout = default_comm_timeout();
+    world.emplace(gloo_comm::world(c));
+#else
+    throw config_error(cat("strata::environment: a launch of ", launch.size, " processes by ", name_of(launch.kind),
+                           " (", launch.source, ") forms its world over Gloo, and strata was built without it; "
+                           "install Gloo (Debian: libgloo-dev) and rebuild, or start the job with mpirun"));
+#endif
+  }
+
+  void start_mpi(int* argc, char*** argv) {
 #if STRATA_HAS_MPI
     int initialised = 0, finalised = 0;
     MPI_Initialized(&initialised);
@@ -70,7 +115,7 @@ struct env_session {
     expects<comm_error>(!finalised, "strata::environment: MPI was already finalized; it cannot be started again");
     int provided = MPI_THREAD_SINGLE;
     if (!initialised) {
-      // Without mpirun this starts a singleton: one process, world size 1.
+      // Without mpirun (STRATA_LAUNCHER=mpi) this starts a singleton: one process.
       STRATA_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
       owns_mpi = true;
     } else {
@@ -83,18 +128,18 @@ struct env_session {
                            "thread). Use an MPI built with thread support, and if your program initialises MPI "
                            "itself, call MPI_Init_thread with MPI_THREAD_MULTIPLE."));
     }
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &launch.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &launch.size);
     if (auto l = env_int("OMPI_COMM_WORLD_LOCAL_RANK")) {
-      local_rank = *l;
+      launch.local_rank = *l;
     } else {  // other MPIs: the rank among processes that share memory with this one
       MPI_Comm node = MPI_COMM_NULL;
-      STRATA_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
-      MPI_Comm_rank(node, &local_rank);
+      STRATA_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, launch.rank, MPI_INFO_NULL, &node));
+      MPI_Comm_rank(node, &launch.local_rank);
       MPI_Comm_free(&node);
     }
     try {
-      world.emplace(MPI_COMM_WORLD, "world");
+      world.emplace(mpi_comm(MPI_COMM_WORLD, "world"));
       watch.emplace();
     } catch (...) {
       stop();
@@ -103,8 +148,6 @@ struct env_session {
 #else
     (void)argc;
     (void)argv;
-    local_rank = env_int("LOCAL_RANK").value_or(0);
-    world.emplace("world");
 #endif
   }
 
@@ -136,7 +179,7 @@ class environment {
   }
   environment(const environment&) = delete;
   environment& operator=(const environment&) = delete;
-  // The last instance finalizes MPI, if strata initialised it.
+  // The last instance closes the world (and finalizes MPI, if strata initialised it).
   ~environment() {
     auto& s = detail::env_session::get();
     std::lock_guard lk(s.m);
@@ -147,6 +190,8 @@ class environment {
   int size() const { return detail::env_session::get().size; }
   // The index of this process among those on its node (which GPU to use, for instance).
   int local_rank() const { return detail::env_session::get().local_rank; }
+  // How the job was launched, and by which variables (for a report).
+  const launch_info& launch() const { return detail::env_session::get().launch; }
   world_comm& world() { return *detail::env_session::get().world; }
 
  private:

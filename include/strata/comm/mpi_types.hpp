@@ -10,6 +10,7 @@
 
 #include "../core/dtype.hpp"
 #include "../core/error.hpp"
+#include "detail/reduce_math.hpp"
 #include "reduce_op.hpp"
 
 namespace strata::detail {
@@ -37,20 +38,9 @@ namespace strata::detail {
 // pairwise step reduces in float and rounds to nearest even.
 template <class H, class F>
 void half_op(void* in, void* inout, int* len, MPI_Datatype*) {
-  const H* a = static_cast<const H*>(in);
   H* b = static_cast<H*>(inout);
-  const F f;
-  for (int i = 0; i < *len; ++i) b[i] = H(f(static_cast<float>(a[i]), static_cast<float>(b[i])));
+  combine<H, F>(b, static_cast<const H*>(in), b, static_cast<std::size_t>(*len));
 }
-struct f_sum {
-  float operator()(float a, float b) const { return a + b; }
-};
-struct f_max {  // NaN propagates, as with MPI_MAX on float in practice
-  float operator()(float a, float b) const { return (a != a || a > b) ? a : b; }
-};
-struct f_min {
-  float operator()(float a, float b) const { return (a != a || a < b) ? a : b; }
-};
 
 // Created once, on first use after MPI_Init; MPI_Finalize releases them.
 struct mpi_half_types {

@@ -24,6 +24,11 @@
 #endif
 #endif
 
+// Gloo (jobs launched without MPI) needs its library linked: only the build turns it on.
+#ifndef STRATA_HAS_GLOO
+#define STRATA_HAS_GLOO 0
+#endif
+
 #ifndef STRATA_HAS_CUDA
 #define STRATA_HAS_CUDA 0
 #endif

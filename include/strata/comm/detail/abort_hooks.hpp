@@ -39,7 +39,7 @@ inline void remove_abort_hook(std::uint64_t id) {
   std::erase_if(h.hooks, [id](const auto& e) { return e.first == id; });
 }
 
-// Runs the hooks (each once), then MPI_Abort on the world (std::abort without MPI).
+// Runs the hooks (each once), then MPI_Abort on the world, or exits with status 1.
 [[noreturn, gnu::cold]] inline void abort_job() {
   std::vector<std::function<void()>> run;
   {
@@ -55,9 +55,15 @@ inline void remove_abort_hook(std::uint64_t id) {
     }
   }
 #if STRATA_HAS_MPI
-  MPI_Abort(MPI_COMM_WORLD, 1);
+  int initialised = 0, finalised = 0;
+  MPI_Initialized(&initialised);
+  MPI_Finalized(&finalised);
+  if (initialised && !finalised) MPI_Abort(MPI_COMM_WORLD, 1);
 #endif
-  std::abort();
+  // Without MPI (a job over Gloo, or one process) each rank ends itself: its peers see the
+  // closed connections, or time out in turn.
+  std::fflush(nullptr);
+  std::_Exit(1);
 }
 
 }  // namespace strata::detail

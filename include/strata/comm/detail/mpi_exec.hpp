@@ -18,6 +18,7 @@
 #include "comm_registry.hpp"
 #include "hang_watch.hpp"
 #include "lane.hpp"
+#include "reduce_math.hpp"
 
 namespace strata::detail {
 
@@ -61,18 +62,6 @@ constexpr const char* name_of(mpi_task::kind k) {
     case mpi_task::kind::free: return "free";
   }
   return "?";
-}
-
-template <class T>
-void divide_by_size(void* data, std::size_t n, int size) {
-  T* x = static_cast<T*>(data);
-  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, fp16>) {
-    const float s = static_cast<float>(size);
-    for (std::size_t i = 0; i < n; ++i) x[i] = T(static_cast<float>(x[i]) / s);
-  } else {
-    const T s = static_cast<T>(size);
-    for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<T>(x[i] / s);
-  }
 }
 
 inline bool mpi_finalized() {

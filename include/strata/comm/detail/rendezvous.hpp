@@ -1,6 +1,7 @@
 // A TCP rendezvous in the torchrun convention (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
-// LOCAL_RANK): rank 0 listens and hands every other rank the same bytes (the ncclUniqueId)
-// once every rank has come, after checking that no two ranks name the same device.
+// LOCAL_RANK): rank 0 listens, takes a blob from every rank, and once every rank has come
+// (and no two name the same device) hands each the same bytes: its own (the ncclUniqueId)
+// or every rank's blobs (the addresses a host communicator without MPI connects by).
 #pragma once
 #include <sys/resource.h>
 
@@ -101,10 +102,12 @@ inline std::string duplicate_gpu_message(const std::string& comm, int a, int b, 
 
 namespace rendezvous_wire {
 inline constexpr std::uint32_t magic = 0x53545241u;  // "STRA"
-inline constexpr std::uint32_t version = 2;          // 2: the hello carries a device_key
+inline constexpr std::uint32_t version = 3;          // 2: a device_key; 3: a blob after the hello
 // A rejection for a duplicate device is a config_error on every rank; others are comm_errors.
 inline constexpr std::uint32_t ok = 0, rejected = 1, rejected_config = 2;
 inline constexpr std::size_t node_bytes = 64, device_bytes = 32, hello_bytes = 16 + node_bytes + device_bytes;
+// A rank's blob is at most this (a host communicator's addresses: about 130 bytes a peer).
+inline constexpr std::size_t max_blob_bytes = std::size_t{64} << 20;
 
 inline void put32(unsigned char* p, std::uint32_t v) {
   for (int i = 3; i >= 0; --i, v >>= 8) p[i] = static_cast<unsigned char>(v & 0xffu);
@@ -180,12 +183,23 @@ class rendezvous_server {
   // a shared device is a config_error on every rank.
   void serve(std::span<const std::byte> payload, int world_size, std::chrono::duration<double> timeout,
              const device_key& own = {}, const std::string& comm = "nccl") {
+    serve_with(world_size, timeout, own, comm, {}, [&](const auto&) { return std::vector<std::byte>(payload.begin(), payload.end()); });
+  }
+
+  // The same, but each rank's blob (`own_blob` for rank 0) is kept, and every rank is sent
+  // `payload_of(blobs)`, which serve_with also returns.
+  template <class Payload>
+  std::vector<std::byte> serve_with(int world_size, std::chrono::duration<double> timeout, const device_key& own,
+                                    const std::string& comm, std::span<const std::byte> own_blob,
+                                    Payload&& payload_of) {
     using namespace rendezvous_wire;
     const auto deadline = rendezvous_clock::now() + std::chrono::duration_cast<rendezvous_clock::duration>(timeout);
     raise_open_file_limit(static_cast<rlim_t>(world_size) + 64);  // one held connection per rank
     std::vector<socket_fd> held(static_cast<std::size_t>(world_size));
     std::vector<device_key> keys(static_cast<std::size_t>(world_size));
     keys[0] = own;
+    std::vector<std::vector<std::byte>> blobs(static_cast<std::size_t>(world_size));
+    blobs[0].assign(own_blob.begin(), own_blob.end());
     // Tells every rank that came (and `extra`, a connection not held) the problem, then
     // throws it: a config_error as it is, a comm_error after `prefix`.
     const auto reject_all = [&](std::uint32_t status, const std::string& problem, const char* prefix, int extra = -1) {
@@ -215,11 +229,16 @@ class rendezvous_server {
                    "rendezvous: ");
       if (!c) continue;  // the client gave up between poll and accept, or EINTR
       set_nonblocking(c.get());
-      unsigned char hello[hello_bytes];
+      unsigned char hello[hello_bytes + 4];
+      std::vector<std::byte> blob;
       try {
         recv_all(c.get(), hello, 16, deadline, "rendezvous: rank 0 reading a hello");
         if (get32(hello) != magic || get32(hello + 4) != version) continue;  // not one of ours (a port probe)
-        recv_all(c.get(), hello + 16, hello_bytes - 16, deadline, "rendezvous: rank 0 reading a hello");
+        recv_all(c.get(), hello + 16, hello_bytes + 4 - 16, deadline, "rendezvous: rank 0 reading a hello");
+        const std::uint32_t n = get32(hello + hello_bytes);
+        if (n > max_blob_bytes) continue;
+        blob.resize(n);
+        if (n) recv_all(c.get(), blob.data(), n, deadline, "rendezvous: rank 0 reading a hello");
       } catch (const comm_error&) {
         continue;  // the deadline still bounds the wait
       }
@@ -234,6 +253,7 @@ class rendezvous_server {
         problem = cat("rank ", rank, " connected twice (two processes with the same RANK?)");
       if (!problem.empty()) reject_all(rejected, problem, "rendezvous: rank 0 rejected a rank: ", c.get());
       keys[static_cast<std::size_t>(rank)] = get_key(hello + 16);
+      blobs[static_cast<std::size_t>(rank)] = std::move(blob);
       held[static_cast<std::size_t>(rank)] = std::move(c);
       --missing;
     }
@@ -242,8 +262,10 @@ class rendezvous_server {
           rejected_config,
           duplicate_gpu_message(comm, shared->first, shared->second, keys[static_cast<std::size_t>(shared->first)]),
           "");
+    std::vector<std::byte> payload = payload_of(std::as_const(blobs));
     for (auto& c : held)
       if (c) reply(c.get(), ok, {}, payload, deadline);
+    return payload;
   }
 
  private:
@@ -284,7 +306,8 @@ class rendezvous_server {
 // later), introduces itself as `rank` of `world_size` using device `key`, and returns rank
 // 0's payload once every rank has come.
 inline std::vector<std::byte> rendezvous_fetch(const std::string& host, int port, int rank, int world_size,
-                                               std::chrono::duration<double> timeout, const device_key& key = {}) {
+                                               std::chrono::duration<double> timeout, const device_key& key = {},
+                                               std::span<const std::byte> blob = {}) {
   using namespace rendezvous_wire;
   const auto start = rendezvous_clock::now();
   const auto deadline = start + std::chrono::duration_cast<rendezvous_clock::duration>(timeout);
@@ -333,13 +356,17 @@ inline std::vector<std::byte> rendezvous_fetch(const std::string& host, int port
     std::this_thread::sleep_for(std::min<rendezvous_clock::duration>(pause, deadline - now));
     pause = std::min(pause * 2, std::chrono::milliseconds(500));
   }
-  unsigned char hello[hello_bytes] = {};
-  put32(hello, magic);
-  put32(hello + 4, version);
-  put32(hello + 8, static_cast<std::uint32_t>(rank));
-  put32(hello + 12, static_cast<std::uint32_t>(world_size));
-  put_key(hello + 16, key);
-  send_all(s.get(), hello, sizeof hello, deadline, where);
+  expects<comm_error>(blob.size() <= max_blob_bytes,
+                      [&] { return cat(where, ": a blob of ", blob.size(), " bytes is over ", max_blob_bytes); });
+  std::vector<unsigned char> hello(hello_bytes + 4 + blob.size());
+  put32(hello.data(), magic);
+  put32(hello.data() + 4, version);
+  put32(hello.data() + 8, static_cast<std::uint32_t>(rank));
+  put32(hello.data() + 12, static_cast<std::uint32_t>(world_size));
+  put_key(hello.data() + 16, key);
+  put32(hello.data() + hello_bytes, static_cast<std::uint32_t>(blob.size()));
+  if (!blob.empty()) std::memcpy(hello.data() + hello_bytes + 4, blob.data(), blob.size());
+  send_all(s.get(), hello.data(), hello.size(), deadline, where);
   unsigned char head[12];
   recv_all(s.get(), head, sizeof head, deadline, where);
   std::string message(get32(head + 4), '\0');
@@ -362,6 +389,48 @@ inline std::vector<std::byte> rendezvous_broadcast(const rendezvous_config& c, s
     return {payload.begin(), payload.end()};
   }
   return rendezvous_fetch(c.master_addr, c.master_port, c.rank, c.world_size, c.timeout, key);
+}
+
+// Every rank calls this with its own blob; each returns every rank's blob, in rank order
+// (an all-gather through rank 0, for bootstraps with no communicator yet).
+inline std::vector<std::vector<std::byte>> rendezvous_all_gather(const rendezvous_config& c,
+                                                                 std::span<const std::byte> blob,
+                                                                 const std::string& comm) {
+  using namespace rendezvous_wire;
+  // The payload: each blob as a 4-byte length and its bytes.
+  const auto pack = [](const std::vector<std::vector<std::byte>>& blobs) {
+    std::size_t n = 0;
+    for (const auto& b : blobs) n += 4 + b.size();
+    std::vector<std::byte> out(n);
+    std::size_t at = 0;
+    for (const auto& b : blobs) {
+      put32(reinterpret_cast<unsigned char*>(out.data() + at), static_cast<std::uint32_t>(b.size()));
+      std::memcpy(out.data() + at + 4, b.data(), b.size());
+      at += 4 + b.size();
+    }
+    return out;
+  };
+  std::vector<std::byte> packed;
+  if (c.rank == 0) {
+    rendezvous_server server(c.master_port);
+    packed = server.serve_with(c.world_size, c.timeout, {}, comm, blob, pack);
+  } else {
+    packed = rendezvous_fetch(c.master_addr, c.master_port, c.rank, c.world_size, c.timeout, {}, blob);
+  }
+  std::vector<std::vector<std::byte>> blobs;
+  std::size_t at = 0;
+  while (at + 4 <= packed.size() && blobs.size() < static_cast<std::size_t>(c.world_size)) {
+    const std::size_t n = get32(reinterpret_cast<const unsigned char*>(packed.data() + at));
+    expects<comm_error>(at + 4 + n <= packed.size(), "rendezvous: rank 0 sent a truncated list of blobs");
+    blobs.emplace_back(packed.begin() + static_cast<std::ptrdiff_t>(at + 4),
+                       packed.begin() + static_cast<std::ptrdiff_t>(at + 4 + n));
+    at += 4 + n;
+  }
+  expects<comm_error>(blobs.size() == static_cast<std::size_t>(c.world_size) && at == packed.size(), [&] {
+    return cat("rendezvous: rank 0 sent ", blobs.size(), " blobs for a world of ", c.world_size,
+               " (ranks built from different strata versions?)");
+  });
+  return blobs;
 }
 
 }  // namespace strata::detail

@@ -1,0 +1,264 @@
+// gloo_comm: the host communicator without MPI, over Gloo's TCP transport (what PyTorch's
+// gloo backend uses). A job that torchrun, Ray, Kubernetes or Slurm started forms its
+// world through strata's TCP rendezvous (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE); the
+// members and rules are mpi_comm's: one lane thread runs operations in call order, every
+// operation is timed (STRATA_COMM_TIMEOUT), and a dead peer is a comm_error naming it.
+#pragma once
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "../core/error.hpp"
+#include "comm_forms.hpp"
+#include "detail/gloo_exec.hpp"
+#include "detail/rendezvous.hpp"
+#include "detail/size_checks.hpp"
+#include "reduce_op.hpp"
+#include "request.hpp"
+
+namespace strata {
+
+// Buffers passed to an *_async call belong to the operation until its request completes;
+// a blocking form is its asynchronous form followed by wait(). Send and receive match by
+// peer and tag, in order.
+class gloo_comm : public comm_forms<gloo_comm> {
+ public:
+  // Collective over the whole job: every rank calls it with the same MASTER_ADDR,
+  // MASTER_PORT and WORLD_SIZE; rank 0 hosts the rendezvous that swaps the addresses.
+  static gloo_comm world(const detail::rendezvous_config& c, std::string name = "world") {
+    auto ctx = std::make_shared<detail::gloo_group_context>(c.rank, c.world_size, gloo_limit());
+    if (c.world_size > 1)
+      ctx->connect(detail::gloo_device(c.master_addr), [&](std::span<const std::byte> mine) {
+        return detail::rendezvous_all_gather(c, mine, "gloo " + name);
+      });
+    std::vector<int> members(static_cast<std::size_t>(c.world_size));
+    std::iota(members.begin(), members.end(), 0);
+    return gloo_comm(std::move(ctx), std::move(name), std::move(members), 1, c.master_addr);
+  }
+
+  gloo_comm(gloo_comm&&) noexcept = default;
+  gloo_comm& operator=(gloo_comm&&) noexcept = default;
+  ~gloo_comm() = default;
+
+  int rank() const { return state().rank(); }
+  int size() const { return state().size(); }
+  const std::string& name() const { return state().name(); }
+  void set_name(std::string name) { state().set_name(std::move(name)); }
+  std::chrono::duration<double> timeout() const { return state().queue().timeout(); }
+  void set_timeout(std::chrono::duration<double> t) { state().set_timeout(t); }
+
+  // ---- asynchronous forms: queued on the lane, return at once ----
+  template <comm_element T>
+  request all_reduce_async(std::span<T> data, reduce_op op = reduce_op::sum) {
+    return submit(all_reduce_task(data, op));
+  }
+  template <class U, comm_element T>
+  requires std::is_same_v<std::remove_const_t<U>, T>
+  request reduce_scatter_async(std::span<U> in, std::span<T> out, reduce_op op = reduce_op::sum) {
+    return submit(reduce_scatter_task(in, out, op));
+  }
+  // `in` may be out's own block (out.subspan(rank() * in.size(), in.size())): gathered in place.
+  template <class U, comm_element T>
+  requires std::is_same_v<std::remove_const_t<U>, T>
+  request all_gather_async(std::span<U> in, std::span<T> out) {
+    return submit(all_gather_task(in, out));
+  }
+  template <comm_element T>
+  request broadcast_async(std::span<T> data, int root) {
+    return submit(broadcast_task(data, root));
+  }
+  template <class U>
+  requires comm_element<std::remove_const_t<U>>
+  request send_async(std::span<U> data, int dest, int tag = 0) {
+    return submit(p2p_task<std::remove_const_t<U>>(detail::gloo_task::kind::send, data.data(), data.size(), dest, tag));
+  }
+  template <comm_element T>
+  request recv_async(std::span<T> data, int src, int tag = 0) {
+    return submit(p2p_task<T>(detail::gloo_task::kind::recv, data.data(), data.size(), src, tag));
+  }
+  request barrier_async() { return submit(detail::gloo_task{}); }
+  void barrier() { barrier_async().wait(); }
+
+  // Collective: ranks with the same color form a communicator, ordered by key then rank.
+  gloo_comm split(int color, int key) {
+    expects<comm_error>(color >= 0,
+                        [&] { return strata::cat("split of ", name(), ": color ", color, " must be >= 0"); });
+    const int n = size();
+    std::vector<std::int64_t> ck(2 * static_cast<std::size_t>(n));
+    ck[2 * static_cast<std::size_t>(rank())] = color;
+    ck[2 * static_cast<std::size_t>(rank()) + 1] = key;
+    all_gather(std::span<std::int64_t>(ck).subspan(2 * static_cast<std::size_t>(rank()), 2), std::span(ck));
+    std::vector<int> group;  // parent ranks of the new communicator, in its order
+    for (int r = 0; r < n; ++r)
+      if (ck[2 * static_cast<std::size_t>(r)] == color) group.push_back(r);
+    std::stable_sort(group.begin(), group.end(), [&](int a, int b) {
+      return ck[2 * static_cast<std::size_t>(a) + 1] < ck[2 * static_cast<std::size_t>(b) + 1];
+    });
+    const int me = static_cast<int>(std::find(group.begin(), group.end(), rank()) - group.begin());
+    const int m = static_cast<int>(group.size());
+    auto ctx = std::make_shared<detail::gloo_group_context>(me, m, gloo_limit());
+    if (n > 1) {
+      // Every parent rank takes part in one exchange of blocks laid out by parent rank, so
+      // that groups of different sizes share it.
+      constexpr std::size_t ab = detail::gloo_address_bytes;
+      const auto exchange = [&](std::span<const std::byte> mine) {
+        std::vector<std::uint8_t> bytes(static_cast<std::size_t>(n) * static_cast<std::size_t>(n) * ab);
+        const std::span<std::uint8_t> own =
+            std::span(bytes).subspan(static_cast<std::size_t>(rank()) * static_cast<std::size_t>(n) * ab,
+                                     static_cast<std::size_t>(n) * ab);
+        for (int q = 0; q < m; ++q)
+          std::memcpy(own.data() + static_cast<std::size_t>(group[static_cast<std::size_t>(q)]) * ab,
+                      mine.data() + static_cast<std::size_t>(q) * ab, ab);
+        all_gather(own, std::span(bytes));
+        const auto* all = reinterpret_cast<const std::byte*>(bytes.data());
+        std::vector<std::vector<std::byte>> out(static_cast<std::size_t>(m));
+        for (int q = 0; q < m; ++q) {
+          const std::byte* theirs =
+              all + static_cast<std::size_t>(group[static_cast<std::size_t>(q)]) * static_cast<std::size_t>(n) * ab;
+          auto& o = out[static_cast<std::size_t>(q)];
+          o.resize(static_cast<std::size_t>(m) * ab);
+          for (int q2 = 0; q2 < m; ++q2)
+            std::copy_n(theirs + static_cast<std::size_t>(group[static_cast<std::size_t>(q2)]) * ab, ab,
+                        o.data() + static_cast<std::size_t>(q2) * ab);
+        }
+        return out;
+      };
+      if (m > 1)
+        ctx->connect(detail::gloo_device(master_addr_), exchange);
+      else
+        exchange(std::span<const std::byte>(std::vector<std::byte>(ab)));  // still a member of the exchange
+    }
+    std::vector<int> members;
+    for (int r : group) members.push_back(state().members()[static_cast<std::size_t>(r)]);
+    const std::uint64_t id = id_ * 1000003u + ++splits_ * 1009u + static_cast<std::uint64_t>(color) + 1;
+    return gloo_comm(std::move(ctx), strata::cat(name(), "/", color), std::move(members), id, master_addr_);
+  }
+
+ private:
+  gloo_comm(std::shared_ptr<detail::gloo_group_context> ctx, std::string name, std::vector<int> members,
+            std::uint64_t id, std::string master_addr)
+      : s_(std::make_unique<detail::gloo_state>(std::move(ctx), std::move(name), std::move(members), id)),
+        id_(id),
+        master_addr_(std::move(master_addr)) {}
+
+  // Gloo's limit: the lane's, plus a margin (see gloo_state::set_timeout).
+  static std::chrono::milliseconds gloo_limit() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(detail::default_comm_timeout()) +
+           std::chrono::seconds(5);
+  }
+
+  detail::gloo_state& state() const {
+    expects<comm_error>(s_ != nullptr, [&] { return "use of a moved-from strata::gloo_comm"; });
+    return *s_;
+  }
+  template <class T>
+  static detail::gloo_task task(detail::gloo_task::kind k, std::size_t count) {
+    detail::gloo_task t;
+    t.k = k;
+    t.elem = sizeof(T);
+    t.count = count;
+    return t;
+  }
+  template <class T>
+  static detail::gloo_task::reduce_fn reduce_of(reduce_op op) {
+    switch (op) {
+      case reduce_op::max: return &detail::gloo_reduce<T, detail::f_max>;
+      case reduce_op::min: return &detail::gloo_reduce<T, detail::f_min>;
+      default: return &detail::gloo_reduce<T, detail::f_sum>;
+    }
+  }
+  template <class T>
+  detail::gloo_task all_reduce_task(std::span<T> data, reduce_op op) const {
+    auto t = task<T>(detail::gloo_task::kind::all_reduce, data.size());
+    t.out = data.data();
+    t.n = data.size();
+    t.reduce = reduce_of<T>(op);
+    if (op == reduce_op::avg) t.finish = &detail::divide_by_size<T>;
+    return t;
+  }
+  template <class U, class T>
+  detail::gloo_task reduce_scatter_task(std::span<U> in, std::span<T> out, reduce_op op) const {
+    detail::check_reduce_scatter_sizes(in.size(), out.size(), size(), name());
+    expects<comm_error>(!overlap(in, out) || out.empty(),
+                        [&] { return strata::cat("reduce_scatter on ", name(), ": input and output overlap"); });
+    auto t = task<T>(detail::gloo_task::kind::reduce_scatter, in.size());
+    t.in = in.data();
+    t.out = out.data();
+    t.n = out.size();
+    t.reduce = reduce_of<T>(op);
+    if (op == reduce_op::avg) t.finish = &detail::divide_by_size<T>;
+    return t;
+  }
+  template <class U, class T>
+  detail::gloo_task all_gather_task(std::span<U> in, std::span<T> out) const {
+    detail::check_all_gather_sizes(in.size(), out.size(), size(), name());
+    const T* own = out.data() + static_cast<std::size_t>(rank()) * in.size();
+    expects<comm_error>(in.data() == own || !overlap(in, out), [&] {
+      return strata::cat("all_gather on ", name(), ": input overlaps the output but is not block ", rank(), " of it");
+    });
+    auto t = task<T>(detail::gloo_task::kind::all_gather, out.size());
+    t.in = in.data();
+    t.out = out.data();
+    t.n = in.size();
+    return t;
+  }
+  template <class T>
+  detail::gloo_task broadcast_task(std::span<T> data, int root) const {
+    check_rank(root, "broadcast root");
+    auto t = task<T>(detail::gloo_task::kind::broadcast, data.size());
+    t.out = data.data();
+    t.n = data.size();
+    t.peer = root;
+    return t;
+  }
+  template <class T>
+  detail::gloo_task p2p_task(detail::gloo_task::kind k, const T* data, std::size_t n, int peer, int tag) const {
+    check_rank(peer, k == detail::gloo_task::kind::send ? "send destination" : "recv source");
+    expects<comm_error>(tag >= 0, [&] { return strata::cat("tag ", tag, " on ", name(), ": tags must be >= 0"); });
+    // Gloo has no pair from a rank to itself.
+    expects<comm_error>(peer != rank(), [&] {
+      return strata::cat(k == detail::gloo_task::kind::send ? "send to" : "recv from", " rank ", peer, " on ", name(),
+                         ": a rank cannot message itself over gloo; copy the data instead");
+    });
+    auto t = task<T>(k, n);
+    if (k == detail::gloo_task::kind::send)
+      t.in = data;
+    else
+      t.out = const_cast<T*>(data);
+    t.n = n;
+    t.peer = peer;
+    t.tag = tag;
+    return t;
+  }
+  request submit(const detail::gloo_task& t) {
+    auto& q = state().queue();
+    return request(&q, q.submit(t));
+  }
+  void check_rank(int r, const char* what) const {
+    expects<comm_error>(r >= 0 && r < size(), [&] {
+      return strata::cat(what, " ", r, " on ", name(), ": not a rank of a communicator of size ", size());
+    });
+  }
+  template <class A, class B>
+  static bool overlap(std::span<A> a, std::span<B> b) {
+    const auto* a0 = reinterpret_cast<const char*>(a.data());
+    const auto* b0 = reinterpret_cast<const char*>(b.data());
+    return a0 < b0 + b.size_bytes() && b0 < a0 + a.size_bytes();
+  }
+
+  std::unique_ptr<detail::gloo_state> s_;
+  std::uint64_t id_ = 0;
+  std::uint64_t splits_ = 0;
+  std::string master_addr_;
+};
+
+}  // namespace strata

@@ -1,0 +1,186 @@
+// launch: how this process was started, read from the environment its launcher set, so a
+// job runs the same under mpirun, srun, torchrun, Ray, Kubernetes or alone:
+//   mpi     an MPI launcher (mpirun/mpiexec, srun with PMI/PMIx): the world is MPI's;
+//   env     RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (torchrun, Ray Train,
+//           TorchDistributor, Kubeflow's PyTorchJob): the world forms over Gloo;
+//   slurm   srun without MPI (SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_LOCALID; the first
+//           node of the step is the rendezvous host): over Gloo;
+//   single  one process.
+// STRATA_LAUNCHER=mpi|env|slurm|single overrides what is found.
+#pragma once
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "../core/error.hpp"
+
+namespace strata {
+
+enum class launcher { mpi, env, slurm, single };
+
+constexpr std::string_view name_of(launcher l) {
+  switch (l) {
+    case launcher::mpi: return "mpi";
+    case launcher::env: return "env";
+    case launcher::slurm: return "slurm";
+    case launcher::single: return "single";
+  }
+  return "?";
+}
+
+struct launch_info {
+  launcher kind = launcher::single;
+  std::string source;  // what decided it: the variable(s) found, or STRATA_LAUNCHER
+  int rank = 0, size = 1, local_rank = 0;
+  std::string master_addr;  // env and slurm: the rendezvous (rank 0's host and port)
+  int master_port = 0;
+};
+
+namespace detail {
+
+// The first host of a Slurm node list ("gpu[03-05,9],cpu1" -> "gpu03").
+inline std::string first_slurm_host(std::string_view list) {
+  std::string host;
+  for (char c : list) {
+    if (c == ',' || c == '[') break;
+    host += c;
+  }
+  const auto open = list.find('[');
+  const auto comma = list.find(',');
+  if (open != std::string_view::npos && (comma == std::string_view::npos || open < comma)) {
+    for (std::size_t i = open + 1; i < list.size() && list[i] != '-' && list[i] != ',' && list[i] != ']'; ++i)
+      host += list[i];
+  }
+  return host;
+}
+
+template <class Getenv>
+struct launch_reader {
+  Getenv& get;
+
+  std::optional<std::string> text(const char* name) const {
+    const char* s = get(name);
+    if (!s || !*s) return std::nullopt;
+    return std::string(s);
+  }
+  bool has(const char* name) const { return text(name).has_value(); }
+  // A whole number in [lo, hi], or a config_error naming the variable and the launcher.
+  int number(const char* name, long lo, long hi, std::string_view why) const {
+    const auto s = text(name);
+    expects<config_error>(s.has_value(), [&] { return cat(why, ": ", name, " is not set"); });
+    char* end = nullptr;
+    const long v = std::strtol(s->c_str(), &end, 10);
+    expects<config_error>(*end == '\0' && v >= lo && v <= hi, [&] {
+      return cat(why, ": ", name, "=\"", *s, "\" is not an integer in [", lo, ", ", hi, "]");
+    });
+    return static_cast<int>(v);
+  }
+  int number_or(const char* name, long lo, long hi, int fallback, std::string_view why) const {
+    return has(name) ? number(name, lo, hi, why) : fallback;
+  }
+  // The MPI launcher's variable that is set, if any.
+  std::optional<std::string> mpi_marker() const {
+    for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS",
+                          "MV2_COMM_WORLD_SIZE"})
+      if (has(v)) return std::string(v);
+    return std::nullopt;
+  }
+
+  launch_info env(std::string source) const {
+    constexpr std::string_view why = "a launch by RANK and WORLD_SIZE (torchrun's variables)";
+    launch_info l;
+    l.kind = launcher::env;
+    l.source = std::move(source);
+    l.size = number("WORLD_SIZE", 1, 1 << 24, why);
+    l.rank = number("RANK", 0, l.size - 1, why);
+    l.local_rank = number_or("LOCAL_RANK", 0, 1 << 24, 0, why);
+    if (l.size > 1) {
+      const auto addr = text("MASTER_ADDR");
+      expects<config_error>(addr.has_value(), [&] {
+        return cat(why, ": MASTER_ADDR is not set; set it to rank 0's host name or address, and MASTER_PORT to a "
+                        "free port there");
+      });
+      l.master_addr = *addr;
+      l.master_port = number("MASTER_PORT", 1, 65535, why);
+    }
+    return l;
+  }
+
+  launch_info slurm(std::string source) const {
+    constexpr std::string_view why = "a launch by srun (Slurm's variables)";
+    launch_info l;
+    l.kind = launcher::slurm;
+    l.source = std::move(source);
+    l.size = number("SLURM_STEP_NUM_TASKS", 1, 1 << 24, why);
+    l.rank = number("SLURM_PROCID", 0, l.size - 1, why);
+    l.local_rank = number_or("SLURM_LOCALID", 0, 1 << 24, 0, why);
+    if (const auto a = text("MASTER_ADDR")) {
+      l.master_addr = *a;
+    } else {
+      const auto nodes = text("SLURM_STEP_NODELIST") ? text("SLURM_STEP_NODELIST") : text("SLURM_JOB_NODELIST");
+      expects<config_error>(nodes.has_value(),
+                            cat(why, ": neither MASTER_ADDR nor SLURM_STEP_NODELIST names rank 0's host"));
+      l.master_addr = first_slurm_host(*nodes);
+    }
+    // Without MASTER_PORT, a port from the job and step ids: two steps of one job that
+    // run at once get different ports.
+    const int job = number_or("SLURM_JOB_ID", 0, 2147483647, 0, why);
+    const int step = number_or("SLURM_STEP_ID", 0, 2147483647, 0, why);
+    l.master_port = number_or("MASTER_PORT", 1, 65535,
+                              20000 + static_cast<int>((static_cast<long long>(job) * 16 + step) % 20000), why);
+    return l;
+  }
+
+  launch_info mpi(std::string source, bool has_mpi) const {
+    expects<config_error>(has_mpi, [&] {
+      return cat("this process was started by an MPI launcher (", source,
+                 "), but strata was built without MPI. Rebuild with MPI (an MPI compiler found by CMake), or start "
+                 "the job with torchrun-style variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or srun");
+    });
+    launch_info l;
+    l.kind = launcher::mpi;
+    l.source = std::move(source);
+    return l;  // rank, size and local rank come from MPI once it started
+  }
+
+  launch_info single(std::string source) const {
+    launch_info l;
+    l.source = std::move(source);
+    return l;
+  }
+
+  launch_info detect(bool has_mpi) const {
+    if (const auto forced = text("STRATA_LAUNCHER")) {
+      const std::string src = "STRATA_LAUNCHER=" + *forced;
+      if (*forced == "mpi") return mpi(src, has_mpi);
+      if (*forced == "env") return env(src);
+      if (*forced == "slurm") return slurm(src);
+      if (*forced == "single") return single(src);
+      throw config_error(cat("STRATA_LAUNCHER=\"", *forced, "\": expected mpi, env, slurm or single"));
+    }
+    const auto marker = mpi_marker();
+    if (marker && has_mpi) return mpi(*marker, true);
+    if (has("RANK") && has("WORLD_SIZE")) return env("RANK, WORLD_SIZE");
+    if (has("SLURM_PROCID") && has("SLURM_STEP_NUM_TASKS")) return slurm("SLURM_PROCID, SLURM_STEP_NUM_TASKS");
+    // An MPI launcher's processes in a build without MPI would each train alone.
+    if (marker && text("OMPI_COMM_WORLD_SIZE").value_or("1") == "1" && text("PMI_SIZE").value_or("1") == "1")
+      return single(*marker + " (one process)");
+    if (marker) return mpi(*marker, false);
+    return single("no launcher's variables");
+  }
+};
+
+}  // namespace detail
+
+// How this process was started. `get` reads a variable (std::getenv by default).
+template <class Getenv>
+launch_info detect_launch(Getenv&& get, bool has_mpi) {
+  return detail::launch_reader<std::remove_reference_t<Getenv>>{get}.detect(has_mpi);
+}
+inline launch_info detect_launch(bool has_mpi) {
+  auto get = [](const char* n) -> const char* { return std::getenv(n); };
+  return detect_launch(get, has_mpi);
+}
+
+}  // namespace strata
