@@ -160,7 +160,7 @@ assert sorted(ops[0]) == sorted(ops[1]), "the ranks' collectives differ"
 print("trace:", len(x), "events;", sorted({n for n in tracks.values()}))
 PY
 
-# The memory report is the truth (issue #17): a 29.9 M-param ZeRO-3 run with an export
+# The memory report is the truth (docs/decisions/0005-the-memory-report-is-the-truth.md): a 29.9 M-param ZeRO-3 run with an export
 # peaks, on every rank, within 10 % of its report above what the process held before the
 # trainer existed (base_rss_bytes: program, libraries, MPI), plus 4 MiB for BLAS's and
 # MPI's first-use buffers and MPI's all-reduce scratch, half the largest bucket (a 2048 x

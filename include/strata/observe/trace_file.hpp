@@ -99,7 +99,7 @@ class trace_session {
   }
   trace_session(const trace_session&) = delete;
   trace_session& operator=(const trace_session&) = delete;
-  // A session not finished (an exception on the way out) records no more and writes nothing:
+  // A trace_session not finished (an exception on the way out) records no more and writes nothing:
   // writing is collective, and the other ranks may not be there.
   ~trace_session() {
     if (active_) detail::set_tracing(false);
