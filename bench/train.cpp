@@ -6,7 +6,7 @@
 // PyTorch for the ratio (the README shows both).
 //   bench/train [--models gpt,qwen2] [--sizes S,M,L] [--steps N (5)] [--warmup W (2)]
 //   bench/train --device cuda [...]   GPT-2 124M's shape on one GPU (train_device.cu)
-// The sizes are in the usage below; gpt's M is issue #13's configuration (3,454,464
+// The sizes are in the usage below; gpt's M is the configuration the host speed work was tuned on (3,454,464
 // params), qwen2's S the demo's model. Lookup tables (token and position embeddings) are left out of the FLOPs.
 #include <cblas.h>
 #include <dlfcn.h>

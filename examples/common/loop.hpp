@@ -412,6 +412,13 @@ nlohmann::json base_report_from(const char* device, const std::vector<long>& ski
   j["memory"]["peak_rss_bytes"] = static_cast<double>(strata::peak_resident_bytes());
   j["memory_per_rank"] = std::move(per_rank);
   j["params"] = r.params;
+  {
+    strata::environment env;  // the job's own, shared: how it was launched
+    j["launch"] = {{"launcher", std::string(strata::name_of(env.launch().kind))},
+                   {"source", env.launch().source},
+                   {"processes", env.size()},
+                   {"backend", std::string(env.world().backend())}};
+  }
   return j;
 }
 template <class Trainer>

@@ -1,6 +1,6 @@
 // qwen2 --plan: each rank's bytes for a layout, before launch and without allocating the
 // model: the parameter state from strata::plan_memory, the activations from the shapes
-// of what Qwen2's layers keep per micro-batch (docs/architecture.md, "Memory"); with
+// of what Qwen2's layers keep per micro-batch (docs/architecture.md, "Where each state lives"); with
 // --device cuda, the device's bytes too: the report's device part plus the context,
 // cuBLAS, the communicators and the first step's code (strata::plan_device_allowance).
 #pragma once

@@ -28,6 +28,12 @@ strata::environment& env() {
   static strata::environment e;
   return e;
 }
+// Run under mpiexec, the world is MPI's: an mpi_device_comm is made over it.
+strata::mpi_comm& mpi_world() {
+  auto* m = env().world().get_if<strata::mpi_comm>();
+  REQUIRE(m != nullptr);
+  return *m;
+}
 
 using test::to_device;
 using test::to_host;
@@ -136,7 +142,7 @@ TEST_CASE("every operation on device buffers gives the host communicator's bits,
   for (const bool staged : {true, false}) {
     INFO((staged ? "staged through pinned memory" : "as this MPI allows (CUDA-aware where it says so)"));
     if (staged) ::setenv("STRATA_MPI_CUDA_AWARE", "0", 1);
-    strata::mpi_device_comm c(env().world(), {.compute_stream = compute.get(), .name = "dev"});
+    strata::mpi_device_comm c(mpi_world(), {.compute_stream = compute.get(), .name = "dev"});
     ::unsetenv("STRATA_MPI_CUDA_AWARE");
     if (staged) CHECK_FALSE(c.cuda_aware());
     CHECK(c.name() == "dev");
@@ -151,7 +157,7 @@ TEST_CASE("every operation on device buffers gives the host communicator's bits,
 TEST_CASE("results are in the compute stream's order, and a later operation sees an earlier one's result") {
   strata::select_device(env().local_rank());
   strata::cuda_stream compute;
-  strata::mpi_device_comm c(env().world(), {.compute_stream = compute.get()});
+  strata::mpi_device_comm c(mpi_world(), {.compute_stream = compute.get()});
   const float p = static_cast<float>(env().size());
   const std::size_t n = 1 << 20;
   // Written by the compute stream just before the operation: it must read these values.

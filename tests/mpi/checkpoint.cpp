@@ -1,4 +1,5 @@
 // strata-ranks: 4
+// strata-gloo-ranks: 4
 // Checkpoints: resuming at the same layout continues bit-identically for every stage, a
 // warmup-then-decay lr schedule and a skipped step included; a checkpoint loads at
 // another data-parallel size and stage with the same weights and loss, and trains on as

@@ -1,4 +1,5 @@
 // strata-ranks: 4
+// strata-gloo-ranks: 4
 // Consolidation streams: a ZeRO-3 trainer's weights hash, safetensors export and Hugging
 // Face directory are written piece by piece, so no rank's peak memory grows by the model
 // (gather_master held four full copies on every rank), and what they write is the model.

@@ -1,4 +1,5 @@
 // strata-ranks: 2 4
+// strata-gloo-ranks: 4
 // A real process grid over mpi_comm: each axis's sub-communicator has the layout's size and
 // coordinate, and a reduction over an axis sums exactly the ranks of that axis's group.
 #include <cstdint>
@@ -15,7 +16,7 @@ std::int64_t sum_of(const std::vector<int>& ranks) {
   return std::accumulate(ranks.begin(), ranks.end(), std::int64_t{0});
 }
 
-void check_axis(strata::mpi_comm& axis, const std::vector<int>& group, int me, int coordinate, const char* name) {
+void check_axis(strata::world_comm& axis, const std::vector<int>& group, int me, int coordinate, const char* name) {
   INFO("axis " << name);
   REQUIRE(axis.size() == static_cast<int>(group.size()));
   REQUIRE(axis.rank() == coordinate);

@@ -37,7 +37,7 @@ float compute_chunk(float seed) {
 constexpr std::size_t n = std::size_t{8} << 20;  // 32 MiB of floats: tens of milliseconds
 
 // The blocking all_reduce's median time, with the same communicator and buffer.
-double time_comm(strata::mpi_comm& w, strata::host_buffer<float>& data) {
+double time_comm(strata::world_comm& w, strata::host_buffer<float>& data) {
   std::vector<double> t;
   for (int i = 0; i < 3; ++i) {
     w.barrier();

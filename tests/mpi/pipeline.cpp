@@ -1,4 +1,5 @@
 // strata-ranks: 4
+// strata-gloo-ranks: 4
 // Tensor x data x pipeline grids train the gpt model to the same losses and weights as
 // one process; gpipe and 1F1B give bitwise identical weights; bad grids are refused.
 #include "../../examples/gpt/model.hpp"

@@ -1,4 +1,5 @@
 // strata-ranks: 1 2 4
+// strata-gloo-ranks: 4
 // The promise of strata's sharding: at a fixed layout every ZeRO stage (with or without
 // optimizer offload) produces bitwise identical weights, for fp32 and for bf16, and a run
 // repeated gives the same hash.

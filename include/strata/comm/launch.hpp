@@ -103,6 +103,10 @@ struct launch_reader {
       });
       l.master_addr = *addr;
       l.master_port = number("MASTER_PORT", 1, 65535, why);
+      // torchrun's agent holds MASTER_PORT with its own store (TORCHELASTIC_USE_AGENT_STORE):
+      // strata's rendezvous takes the next port, or STRATA_RENDEZVOUS_PORT.
+      if (text("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True") l.master_port = l.master_port % 65535 + 1;
+      l.master_port = number_or("STRATA_RENDEZVOUS_PORT", 1, 65535, l.master_port, why);
     }
     return l;
   }

@@ -1,5 +1,7 @@
-// environment without a launcher: MPI starts as a singleton (world of one), instances share
-// one reference-counted session and one world communicator, and the world works.
+// environment without a launcher: one process on a self_comm (MPI is not started); with
+// STRATA_LAUNCHER=mpi, MPI starts as a singleton. Instances share one reference-counted
+// session and one world communicator, and the world works.
+#include <cstdlib>
 #include <span>
 #include <vector>
 
@@ -11,6 +13,21 @@ static_assert(strata::communicator<strata::world_comm>);
 
 // One test case: MPI cannot start again in a process once the last instance finalized it.
 TEST_CASE("environment without mpirun, nested instances, and the world communicator", "[environment]") {
+  ::unsetenv("STRATA_LAUNCHER");
+  {
+    strata::environment alone;
+    REQUIRE(alone.launch().kind == strata::launcher::single);
+    REQUIRE(alone.world().backend() == "self");
+    REQUIRE(alone.world().size() == 1);
+#if STRATA_HAS_MPI
+    int initialised = 1;
+    MPI_Initialized(&initialised);
+    REQUIRE(initialised == 0);  // one process needs no MPI
+#endif
+  }
+#if STRATA_HAS_MPI
+  ::setenv("STRATA_LAUNCHER", "mpi", 1);
+#endif
   {
     strata::environment outer;
     REQUIRE(outer.size() == 1);
@@ -20,6 +37,7 @@ TEST_CASE("environment without mpirun, nested instances, and the world communica
     REQUIRE(w.size() == 1);
     REQUIRE(w.rank() == 0);
     REQUIRE(w.name() == "world");
+    REQUIRE(w.backend() == (STRATA_HAS_MPI ? "mpi" : "self"));
     {
       int argc = 1;
       char arg0[] = "unit_comm_environment";
