@@ -1,5 +1,7 @@
 // bench/collectives: an nccl-tests-style table of all_reduce, reduce_scatter and all_gather
-// through strata's mpi_comm and through raw MPI on the same kind of communicator, in one run.
+// through strata's mpi_comm and through raw MPI on the same kind of communicator, in one run;
+// where the build has Gloo, through strata's gloo_comm over the same processes too (what a
+// job launched without MPI uses; its pairs on loopback, or on STRATA_GLOO_IFNAME).
 //   mpiexec -n 2 bench/collectives [--device cpu] [--min-bytes 4096] [--max-bytes 268435456] [--iters 20] [--warmup 3]
 // --device cuda is the same comparison for nccl_comm against raw NCCL on device buffers
 // (collectives_device.cu, linked in where the build has CUDA; one process per GPU):
@@ -20,6 +22,9 @@
 
 #include <strata/comm/environment.hpp>
 #include <strata/space/host.hpp>
+#if STRATA_HAS_GLOO
+#include <strata/comm/gloo.hpp>
+#endif
 
 namespace {
 
@@ -80,6 +85,12 @@ int run_host(int argc, char** argv) {
   MPI_Comm raw, ctl;
   MPI_Comm_dup(MPI_COMM_WORLD, &raw);
   MPI_Comm_dup(MPI_COMM_WORLD, &ctl);
+#if STRATA_HAS_GLOO
+  auto gloo = strata::gloo_comm::over(world, "gloo", "127.0.0.1");
+  constexpr int ways = 3;
+#else
+  constexpr int ways = 2;
+#endif
 
   // Allocated and touched once (host_buffer zero-fills); zeros keep sums free of
   // denormals and overflow however many times they are reduced.
@@ -96,8 +107,9 @@ int run_host(int argc, char** argv) {
 
   for (op o : {op::all_reduce, op::reduce_scatter, op::all_gather}) {
     if (me == 0)
-      std::printf("\n# %s\n# %12s %11s | %10s %9s %9s | %10s %9s %9s | %6s\n", name_of(o), "size(B)", "count",
-                  "strata(us)", "algbw", "busbw", "raw(us)", "algbw", "busbw", "ratio");
+      std::printf("\n# %s\n# %12s %11s | %10s %9s %9s | %10s %9s %9s | %6s%s\n", name_of(o), "size(B)", "count",
+                  "strata(us)", "algbw", "busbw", "raw(us)", "algbw", "busbw", "ratio",
+                  ways == 3 ? " | gloo(us)     busbw  gloo/raw" : "");
     std::vector<double> big_ratios;
     for (std::size_t bytes = opt.min_bytes; bytes <= opt.max_bytes; bytes *= 4) {
       // As in nccl-tests, size is the whole buffer: the input of reduce_scatter, the
@@ -116,6 +128,21 @@ int run_host(int argc, char** argv) {
             break;
         }
       };
+#if STRATA_HAS_GLOO
+      auto run_gloo = [&] {
+        switch (o) {
+          case op::all_reduce: gloo.all_reduce(std::span(a.data(), count)); break;
+          case op::reduce_scatter:
+            gloo.reduce_scatter(std::span<const float>(a.data(), count), std::span(b.data(), block));
+            break;
+          case op::all_gather:
+            gloo.all_gather(std::span<const float>(a.data(), block), std::span(b.data(), count));
+            break;
+        }
+      };
+#else
+      auto run_gloo = [] {};
+#endif
       auto run_raw = [&] {
         switch (o) {
           case op::all_reduce: MPI_Allreduce(MPI_IN_PLACE, a.data(), ic, MPI_FLOAT, MPI_SUM, raw); break;
@@ -125,14 +152,14 @@ int run_host(int argc, char** argv) {
       };
       // Alternating the two per iteration gives both the same machine conditions; the
       // ratio is the median of each iteration's pair, robust to a machine shared with others.
-      std::vector<double> t_strata, t_raw, pair_ratio;
+      std::vector<double> t_strata, t_raw, t_gloo, pair_ratio, gloo_ratio;
       for (int it = 0; it < opt.warmup + opt.iters; ++it) {
-        double t[2];
-        for (int k = 0; k < 2; ++k) {
-          const int which = (it + k) % 2;  // alternate which goes first
+        double t[3] = {};
+        for (int k = 0; k < ways; ++k) {
+          const int which = (it + k) % ways;  // rotate which goes first
           MPI_Barrier(ctl);
           const double t0 = MPI_Wtime();
-          which ? run_raw() : run_strata();
+          which == 1 ? run_raw() : which == 0 ? run_strata() : run_gloo();
           t[which] = MPI_Wtime() - t0;
           MPI_Allreduce(MPI_IN_PLACE, &t[which], 1, MPI_DOUBLE, MPI_MAX, ctl);
         }
@@ -140,16 +167,21 @@ int run_host(int argc, char** argv) {
         t_strata.push_back(t[0]);
         t_raw.push_back(t[1]);
         pair_ratio.push_back(t[1] / t[0]);
+        t_gloo.push_back(t[2]);
+        gloo_ratio.push_back(t[2] > 0 ? t[1] / t[2] : 0);
       }
-      const double ts = median(t_strata), tr = median(t_raw);
+      const double ts = median(t_strata), tr = median(t_raw), tg = median(t_gloo);
       const double size = static_cast<double>(count * sizeof(float));
       const double f = bus_factor(o, p);
       const double ratio = median(pair_ratio);  // busbw(strata) / busbw(raw)
       if (bytes >= (std::size_t{1} << 20)) big_ratios.push_back(ratio);
-      if (me == 0)
-        std::printf("  %12zu %11zu | %10.1f %9.3f %9.3f | %10.1f %9.3f %9.3f | %6.3f\n", count * sizeof(float), count,
+      if (me == 0) {
+        std::printf("  %12zu %11zu | %10.1f %9.3f %9.3f | %10.1f %9.3f %9.3f | %6.3f", count * sizeof(float), count,
                     ts * 1e6, size / ts * 1e-9, size / ts * 1e-9 * f, tr * 1e6, size / tr * 1e-9, size / tr * 1e-9 * f,
                     ratio);
+        if (ways == 3) std::printf(" | %8.1f %9.3f %9.3f", tg * 1e6, size / tg * 1e-9 * f, median(gloo_ratio));
+        std::printf("\n");
+      }
     }
     if (me == 0 && !big_ratios.empty())
       std::printf("# %s: median busbw ratio strata/raw for sizes >= 1 MiB: %.3f (lowest %.3f)\n", name_of(o),

@@ -81,11 +81,10 @@ struct env_session {
     size = launch.size;
     local_rank = launch.local_rank;
     if (rank == 0 && launch.kind != launcher::single) {
-      std::fprintf(stderr, "strata: launch %s (%s): %d processes over %s%s\n", std::string(name_of(launch.kind)).c_str(),
-                   launch.source.c_str(), size, std::string(world->backend()).c_str(),
-                   launch.master_addr.empty()
-                       ? ""
-                       : cat(", rendezvous ", launch.master_addr, ":", launch.master_port).c_str());
+      std::fprintf(
+          stderr, "strata: launch %s (%s): %d processes over %s%s\n", std::string(name_of(launch.kind)).c_str(),
+          launch.source.c_str(), size, std::string(world->backend()).c_str(),
+          launch.master_addr.empty() ? "" : cat(", rendezvous ", launch.master_addr, ":", launch.master_port).c_str());
       std::fflush(stderr);
     }
   }
@@ -102,7 +101,8 @@ struct env_session {
     world.emplace(gloo_comm::world(c));
 #else
     throw config_error(cat("strata::environment: a launch of ", launch.size, " processes by ", name_of(launch.kind),
-                           " (", launch.source, ") forms its world over Gloo, and strata was built without it; "
+                           " (", launch.source,
+                           ") forms its world over Gloo, and strata was built without it; "
                            "install Gloo (Debian: libgloo-dev) and rebuild, or start the job with mpirun"));
 #endif
   }

@@ -19,6 +19,7 @@
 
 #include "../core/error.hpp"
 #include "comm_forms.hpp"
+#include "communicator.hpp"
 #include "detail/gloo_exec.hpp"
 #include "detail/rendezvous.hpp"
 #include "detail/size_checks.hpp"
@@ -43,6 +44,17 @@ class gloo_comm : public comm_forms<gloo_comm> {
     std::vector<int> members(static_cast<std::size_t>(c.world_size));
     std::iota(members.begin(), members.end(), 0);
     return gloo_comm(std::move(ctx), std::move(name), std::move(members), 1, c.master_addr);
+  }
+
+  // Collective over `host` (an mpi_comm, say): a Gloo communicator of the same processes,
+  // connected through it. `master_addr` as in world(): loopback keeps it on this machine.
+  template <class Host>
+  requires(!std::same_as<Host, gloo_comm>) && communicator<Host>
+  static gloo_comm over(Host& host, std::string name, const std::string& master_addr = "") {
+    std::vector<int> all(static_cast<std::size_t>(host.size()));
+    std::iota(all.begin(), all.end(), 0);
+    auto ctx = connect_group(host, all, master_addr);
+    return gloo_comm(std::move(ctx), std::move(name), std::move(all), 1, master_addr);
   }
 
   gloo_comm(gloo_comm&&) noexcept = default;
@@ -103,40 +115,7 @@ class gloo_comm : public comm_forms<gloo_comm> {
     std::stable_sort(group.begin(), group.end(), [&](int a, int b) {
       return ck[2 * static_cast<std::size_t>(a) + 1] < ck[2 * static_cast<std::size_t>(b) + 1];
     });
-    const int me = static_cast<int>(std::find(group.begin(), group.end(), rank()) - group.begin());
-    const int m = static_cast<int>(group.size());
-    auto ctx = std::make_shared<detail::gloo_group_context>(me, m, gloo_limit());
-    if (n > 1) {
-      // Every parent rank takes part in one exchange of blocks laid out by parent rank, so
-      // that groups of different sizes share it.
-      constexpr std::size_t ab = detail::gloo_address_bytes;
-      const auto exchange = [&](std::span<const std::byte> mine) {
-        std::vector<std::uint8_t> bytes(static_cast<std::size_t>(n) * static_cast<std::size_t>(n) * ab);
-        const std::span<std::uint8_t> own =
-            std::span(bytes).subspan(static_cast<std::size_t>(rank()) * static_cast<std::size_t>(n) * ab,
-                                     static_cast<std::size_t>(n) * ab);
-        for (int q = 0; q < m; ++q)
-          std::memcpy(own.data() + static_cast<std::size_t>(group[static_cast<std::size_t>(q)]) * ab,
-                      mine.data() + static_cast<std::size_t>(q) * ab, ab);
-        all_gather(own, std::span(bytes));
-        const auto* all = reinterpret_cast<const std::byte*>(bytes.data());
-        std::vector<std::vector<std::byte>> out(static_cast<std::size_t>(m));
-        for (int q = 0; q < m; ++q) {
-          const std::byte* theirs =
-              all + static_cast<std::size_t>(group[static_cast<std::size_t>(q)]) * static_cast<std::size_t>(n) * ab;
-          auto& o = out[static_cast<std::size_t>(q)];
-          o.resize(static_cast<std::size_t>(m) * ab);
-          for (int q2 = 0; q2 < m; ++q2)
-            std::copy_n(theirs + static_cast<std::size_t>(group[static_cast<std::size_t>(q2)]) * ab, ab,
-                        o.data() + static_cast<std::size_t>(q2) * ab);
-        }
-        return out;
-      };
-      if (m > 1)
-        ctx->connect(detail::gloo_device(master_addr_), exchange);
-      else
-        exchange(std::span<const std::byte>(std::vector<std::byte>(ab)));  // still a member of the exchange
-    }
+    auto ctx = connect_group(*this, group, master_addr_);
     std::vector<int> members;
     for (int r : group) members.push_back(state().members()[static_cast<std::size_t>(r)]);
     const std::uint64_t id = id_ * 1000003u + ++splits_ * 1009u + static_cast<std::uint64_t>(color) + 1;
@@ -149,6 +128,42 @@ class gloo_comm : public comm_forms<gloo_comm> {
       : s_(std::make_unique<detail::gloo_state>(std::move(ctx), std::move(name), std::move(members), id)),
         id_(id),
         master_addr_(std::move(master_addr)) {}
+
+  // The Gloo context of `group` (parent ranks, in the new order), connected by one
+  // exchange of address blocks over `parent` in which every parent rank takes part. The
+  // blocks are laid out by parent rank, so that groups of different sizes share it.
+  template <class Parent>
+  static std::shared_ptr<detail::gloo_group_context> connect_group(Parent& parent, const std::vector<int>& group,
+                                                                   const std::string& master_addr) {
+    const int n = parent.size(), m = static_cast<int>(group.size());
+    const int me = static_cast<int>(std::find(group.begin(), group.end(), parent.rank()) - group.begin());
+    auto ctx = std::make_shared<detail::gloo_group_context>(me, m, gloo_limit());
+    if (n == 1) return ctx;
+    constexpr std::size_t ab = detail::gloo_address_bytes;
+    const auto at = [&](int r) { return static_cast<std::size_t>(r) * ab; };
+    const auto exchange = [&](std::span<const std::byte> mine) {
+      std::vector<std::uint8_t> bytes(static_cast<std::size_t>(n) * at(n));
+      const auto own = std::span(bytes).subspan(static_cast<std::size_t>(parent.rank()) * at(n), at(n));
+      for (int q = 0; q < m; ++q)
+        std::memcpy(own.data() + at(group[static_cast<std::size_t>(q)]), mine.data() + at(q), ab);
+      parent.all_gather(own, std::span(bytes));
+      const auto* all = reinterpret_cast<const std::byte*>(bytes.data());
+      std::vector<std::vector<std::byte>> out(static_cast<std::size_t>(m));
+      for (int q = 0; q < m; ++q) {
+        const std::byte* theirs = all + static_cast<std::size_t>(group[static_cast<std::size_t>(q)]) * at(n);
+        auto& o = out[static_cast<std::size_t>(q)];
+        o.resize(at(m));
+        for (int q2 = 0; q2 < m; ++q2)
+          std::copy_n(theirs + at(group[static_cast<std::size_t>(q2)]), ab, o.data() + at(q2));
+      }
+      return out;
+    };
+    if (m > 1)
+      ctx->connect(detail::gloo_device(master_addr), exchange);
+    else
+      exchange(std::span<const std::byte>(std::vector<std::byte>(ab)));  // still a member of the exchange
+    return ctx;
+  }
 
   // Gloo's limit: the lane's, plus a margin (see gloo_state::set_timeout).
   static std::chrono::milliseconds gloo_limit() {

@@ -61,7 +61,8 @@ class host_comm {
   std::string_view backend() const {
     return visit([](const auto& c) -> std::string_view {
       using C = std::remove_cvref_t<decltype(c)>;
-      if constexpr (std::is_same_v<C, self_comm>) return "self";
+      if constexpr (std::is_same_v<C, self_comm>)
+        return "self";
 #if STRATA_HAS_GLOO
       else if constexpr (std::is_same_v<C, gloo_comm>)
         return "gloo";

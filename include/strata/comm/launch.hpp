@@ -81,8 +81,8 @@ struct launch_reader {
   }
   // The MPI launcher's variable that is set, if any.
   std::optional<std::string> mpi_marker() const {
-    for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS",
-                          "MV2_COMM_WORLD_SIZE"})
+    for (const char* v :
+         {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE"})
       if (has(v)) return std::string(v);
     return std::nullopt;
   }
@@ -98,8 +98,9 @@ struct launch_reader {
     if (l.size > 1) {
       const auto addr = text("MASTER_ADDR");
       expects<config_error>(addr.has_value(), [&] {
-        return cat(why, ": MASTER_ADDR is not set; set it to rank 0's host name or address, and MASTER_PORT to a "
-                        "free port there");
+        return cat(why,
+                   ": MASTER_ADDR is not set; set it to rank 0's host name or address, and MASTER_PORT to a "
+                   "free port there");
       });
       l.master_addr = *addr;
       l.master_port = number("MASTER_PORT", 1, 65535, why);

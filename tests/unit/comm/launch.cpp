@@ -118,7 +118,8 @@ TEST_CASE("no launcher: one process; STRATA_LAUNCHER overrides", "[launch]") {
   CHECK(detect_launch(e, true).kind == launcher::mpi);
   CHECK_THAT(config_error_of(e, false), strata_test::contains_text("built without MPI"));
   e.vars["STRATA_LAUNCHER"] = "pmi";
-  CHECK_THAT(config_error_of(e, true), strata_test::contains_text("STRATA_LAUNCHER=\"pmi\": expected mpi, env, slurm or single"));
+  CHECK_THAT(config_error_of(e, true),
+             strata_test::contains_text("STRATA_LAUNCHER=\"pmi\": expected mpi, env, slurm or single"));
 }
 
 TEST_CASE("incomplete or malformed launch variables name the variable", "[launch]") {
@@ -127,7 +128,8 @@ TEST_CASE("incomplete or malformed launch variables name the variable", "[launch
   CHECK_THAT(config_error_of(e, true), strata_test::contains_text("MASTER_ADDR is not set"));
   e = fake_env{torchrun};
   e.vars["MASTER_PORT"] = "70000";
-  CHECK_THAT(config_error_of(e, true), strata_test::contains_text("MASTER_PORT=\"70000\" is not an integer in [1, 65535]"));
+  CHECK_THAT(config_error_of(e, true),
+             strata_test::contains_text("MASTER_PORT=\"70000\" is not an integer in [1, 65535]"));
   e = fake_env{torchrun};
   e.vars["RANK"] = "4";
   CHECK_THAT(config_error_of(e, true), strata_test::contains_text("RANK=\"4\" is not an integer in [0, 3]"));

@@ -111,8 +111,9 @@ inline std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string&
     shared = d;
     return d;
   } catch (const std::exception& e) {
-    throw comm_error(cat("gloo: cannot open a TCP device on ", a.iface.empty() ? "host " + a.hostname : "interface " + a.iface,
-                         ": ", e.what(), " (set STRATA_GLOO_IFNAME to the network interface the ranks reach each other on)"));
+    throw comm_error(cat("gloo: cannot open a TCP device on ",
+                         a.iface.empty() ? "host " + a.hostname : "interface " + a.iface, ": ", e.what(),
+                         " (set STRATA_GLOO_IFNAME to the network interface the ranks reach each other on)"));
   }
 }
 
@@ -157,8 +158,7 @@ inline std::uint64_t gloo_p2p_slot(int tag) { return (std::uint64_t{0x53} << 56)
 // the gloo_comm keep the lane's reference.
 class gloo_state final : public history_source {
  public:
-  gloo_state(std::shared_ptr<gloo_group_context> ctx, std::string name, std::vector<int> members,
-             std::uint64_t id)
+  gloo_state(std::shared_ptr<gloo_group_context> ctx, std::string name, std::vector<int> members, std::uint64_t id)
       : ctx_(std::move(ctx)),
         name_(std::move(name)),
         members_(std::move(members)),
@@ -232,23 +232,23 @@ class gloo_state final : public history_source {
     using clock = lane<gloo_task, gloo_state>::clock;
     const auto now = clock::now();
     auto ago = [&](const clock::time_point* t) { return t ? std::chrono::duration<double>(now - *t).count() : -1.0; };
-    const auto totals =
-        lane_.history([&](std::uint64_t ticket, std::uint64_t seq, const gloo_task& t, const clock::time_point& enqueued,
-                          const clock::time_point* started, const clock::time_point* ended) {
-          using k = gloo_task::kind;
-          op_record o;
-          o.ticket = ticket;
-          o.seq = seq;
-          o.op = name_of(t.k);
-          o.count = t.count;
-          o.bytes = t.count * t.elem;
-          if (t.k == k::send || t.k == k::recv || t.k == k::broadcast) o.peer = t.peer;
-          if (t.k == k::send || t.k == k::recv) o.tag = t.tag;
-          o.enqueued_ago = ago(&enqueued);
-          o.started_ago = ago(started);
-          o.ended_ago = ago(ended);
-          h.ops.push_back(std::move(o));
-        });
+    const auto totals = lane_.history([&](std::uint64_t ticket, std::uint64_t seq, const gloo_task& t,
+                                          const clock::time_point& enqueued, const clock::time_point* started,
+                                          const clock::time_point* ended) {
+      using k = gloo_task::kind;
+      op_record o;
+      o.ticket = ticket;
+      o.seq = seq;
+      o.op = name_of(t.k);
+      o.count = t.count;
+      o.bytes = t.count * t.elem;
+      if (t.k == k::send || t.k == k::recv || t.k == k::broadcast) o.peer = t.peer;
+      if (t.k == k::send || t.k == k::recv) o.tag = t.tag;
+      o.enqueued_ago = ago(&enqueued);
+      o.started_ago = ago(started);
+      o.ended_ago = ago(ended);
+      h.ops.push_back(std::move(o));
+    });
     h.submitted = totals.submitted;
     h.completed = totals.completed;
     h.collectives = totals.collectives;
@@ -284,8 +284,7 @@ class gloo_state final : public history_source {
     } catch (const comm_error& e) {
       throw comm_error(cat(describe(t), ": ", e.what()));
     } catch (const ::gloo::Exception& e) {
-      throw comm_error(cat(describe(t), ": ", e.what(),
-                           " (a peer process ended or stalled; its own output says why)"));
+      throw comm_error(cat(describe(t), ": ", e.what(), " (a peer process ended or stalled; its own output says why)"));
     }
   }
 

@@ -183,7 +183,8 @@ class rendezvous_server {
   // a shared device is a config_error on every rank.
   void serve(std::span<const std::byte> payload, int world_size, std::chrono::duration<double> timeout,
              const device_key& own = {}, const std::string& comm = "nccl") {
-    serve_with(world_size, timeout, own, comm, {}, [&](const auto&) { return std::vector<std::byte>(payload.begin(), payload.end()); });
+    serve_with(world_size, timeout, own, comm, {},
+               [&](const auto&) { return std::vector<std::byte>(payload.begin(), payload.end()); });
   }
 
   // The same, but each rank's blob (`own_blob` for rank 0) is kept, and every rank is sent
