@@ -51,3 +51,31 @@ rc=$?
 set -e
 echo "a rank alone -> exit $rc: $(echo "$out" | grep -m1 rendezvous)"
 [[ $rc != 0 && $rc != 124 ]] && echo "$out" | grep -q "could not connect" || { echo "FAILED: $out"; exit 1; }
+
+# Two ranks mid-job; rank 1 is killed (then: stopped). Rank 0 must end on its own, naming
+# the operation it waited in: at once for a dead peer (the connection closes), after
+# STRATA_COMM_TIMEOUT for a stalled one.
+peer_fault() {  # peer_fault SIGNAL TIMEOUT NAME
+  local port r0 r1 t0 rc
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  local vars=(WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "MASTER_PORT=$port" "STRATA_COMM_TIMEOUT=$2")
+  env "${vars[@]}" RANK=1 "$mlp" --zero 2 --steps 1000000 --quiet >"$work/$3-1.log" 2>&1 &
+  r1=$!
+  env "${vars[@]}" RANK=0 timeout 120 "$mlp" --zero 2 --steps 1000000 --quiet >"$work/$3-0.log" 2>&1 &
+  r0=$!
+  sleep 3
+  kill "-$1" "$r1"
+  t0=$SECONDS
+  set +e
+  wait "$r0"
+  rc=$?
+  set -e
+  kill -9 "$r1" 2>/dev/null || true
+  wait "$r1" 2>/dev/null || true
+  echo "$3: rank 0 exit $rc after $((SECONDS - t0)) s: $(grep -m1 -E 'error|timed out' "$work/$3-0.log")"
+  [[ $rc != 0 && $rc != 124 ]] || { echo "FAILED: $3"; cat "$work/$3-0.log"; exit 1; }
+  grep -qE "(all_reduce|reduce_scatter|all_gather|broadcast|barrier|send|recv) of [0-9]+ elements" "$work/$3-0.log" ||
+    { echo "FAILED: $3: no operation named"; cat "$work/$3-0.log"; exit 1; }
+}
+peer_fault KILL 60 dead_peer
+peer_fault STOP 4 stalled_peer
