@@ -202,9 +202,7 @@ class gloo_comm : public comm_forms<gloo_comm> {
   }
   template <class U, class T>
   detail::gloo_task reduce_scatter_task(std::span<U> in, std::span<T> out, reduce_op op) const {
-    detail::check_reduce_scatter_sizes(in.size(), out.size(), size(), name());
-    expects<comm_error>(!overlap(in, out) || out.empty(),
-                        [&] { return strata::cat("reduce_scatter on ", name(), ": input and output overlap"); });
+    detail::check_reduce_scatter_args(in, out, size(), name());
     auto t = task<T>(detail::gloo_task::kind::reduce_scatter, in.size());
     t.in = in.data();
     t.out = out.data();
@@ -215,11 +213,7 @@ class gloo_comm : public comm_forms<gloo_comm> {
   }
   template <class U, class T>
   detail::gloo_task all_gather_task(std::span<U> in, std::span<T> out) const {
-    detail::check_all_gather_sizes(in.size(), out.size(), size(), name());
-    const T* own = out.data() + static_cast<std::size_t>(rank()) * in.size();
-    expects<comm_error>(in.data() == own || !overlap(in, out), [&] {
-      return strata::cat("all_gather on ", name(), ": input overlaps the output but is not block ", rank(), " of it");
-    });
+    detail::check_all_gather_args(in, out, rank(), size(), name());
     auto t = task<T>(detail::gloo_task::kind::all_gather, out.size());
     t.in = in.data();
     t.out = out.data();
@@ -238,7 +232,7 @@ class gloo_comm : public comm_forms<gloo_comm> {
   template <class T>
   detail::gloo_task p2p_task(detail::gloo_task::kind k, const T* data, std::size_t n, int peer, int tag) const {
     check_rank(peer, k == detail::gloo_task::kind::send ? "send destination" : "recv source");
-    expects<comm_error>(tag >= 0, [&] { return strata::cat("tag ", tag, " on ", name(), ": tags must be >= 0"); });
+    detail::check_tag(tag, name());
     // Gloo has no pair from a rank to itself.
     expects<comm_error>(peer != rank(), [&] {
       return strata::cat(k == detail::gloo_task::kind::send ? "send to" : "recv from", " rank ", peer, " on ", name(),
@@ -258,17 +252,7 @@ class gloo_comm : public comm_forms<gloo_comm> {
     auto& q = state().queue();
     return request(&q, q.submit(t));
   }
-  void check_rank(int r, const char* what) const {
-    expects<comm_error>(r >= 0 && r < size(), [&] {
-      return strata::cat(what, " ", r, " on ", name(), ": not a rank of a communicator of size ", size());
-    });
-  }
-  template <class A, class B>
-  static bool overlap(std::span<A> a, std::span<B> b) {
-    const auto* a0 = reinterpret_cast<const char*>(a.data());
-    const auto* b0 = reinterpret_cast<const char*>(b.data());
-    return a0 < b0 + b.size_bytes() && b0 < a0 + a.size_bytes();
-  }
+  void check_rank(int r, const char* what) const { detail::check_peer(r, size(), what, name()); }
 
   std::unique_ptr<detail::gloo_state> s_;
   std::uint64_t id_ = 0;

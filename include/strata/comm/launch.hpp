@@ -87,14 +87,21 @@ struct launch_reader {
     return std::nullopt;
   }
 
+  // A launch whose size, rank and local rank are in the named variables.
+  launch_info ranks(launcher kind, std::string source, const char* size, const char* rank, const char* local,
+                    std::string_view why) const {
+    launch_info l;
+    l.kind = kind;
+    l.source = std::move(source);
+    l.size = number(size, 1, 1 << 24, why);
+    l.rank = number(rank, 0, l.size - 1, why);
+    l.local_rank = number_or(local, 0, 1 << 24, 0, why);
+    return l;
+  }
+
   launch_info env(std::string source) const {
     constexpr std::string_view why = "a launch by RANK and WORLD_SIZE (torchrun's variables)";
-    launch_info l;
-    l.kind = launcher::env;
-    l.source = std::move(source);
-    l.size = number("WORLD_SIZE", 1, 1 << 24, why);
-    l.rank = number("RANK", 0, l.size - 1, why);
-    l.local_rank = number_or("LOCAL_RANK", 0, 1 << 24, 0, why);
+    launch_info l = ranks(launcher::env, std::move(source), "WORLD_SIZE", "RANK", "LOCAL_RANK", why);
     if (l.size > 1) {
       const auto addr = text("MASTER_ADDR");
       expects<config_error>(addr.has_value(), [&] {
@@ -114,12 +121,8 @@ struct launch_reader {
 
   launch_info slurm(std::string source) const {
     constexpr std::string_view why = "a launch by srun (Slurm's variables)";
-    launch_info l;
-    l.kind = launcher::slurm;
-    l.source = std::move(source);
-    l.size = number("SLURM_STEP_NUM_TASKS", 1, 1 << 24, why);
-    l.rank = number("SLURM_PROCID", 0, l.size - 1, why);
-    l.local_rank = number_or("SLURM_LOCALID", 0, 1 << 24, 0, why);
+    launch_info l =
+        ranks(launcher::slurm, std::move(source), "SLURM_STEP_NUM_TASKS", "SLURM_PROCID", "SLURM_LOCALID", why);
     if (const auto a = text("MASTER_ADDR")) {
       l.master_addr = *a;
     } else {

@@ -35,6 +35,7 @@
 #include "abort_hooks.hpp"
 #include "comm_registry.hpp"
 #include "lane.hpp"
+#include "lane_report.hpp"
 #include "reduce_math.hpp"
 
 namespace strata::detail {
@@ -215,45 +216,10 @@ class gloo_state final : public history_source {
   }
 
   void traced(const gloo_task& t, std::uint64_t seq, std::int64_t start_ns, std::int64_t end_ns) {
-    using k = gloo_task::kind;
-    std::string args = cat("\"comm\":", json_string(name_), ",\"bytes\":", t.count * t.elem, ",\"count\":", t.count);
-    if (seq) args += cat(",\"seq\":", seq);
-    if (t.k == k::send || t.k == k::recv) args += cat(",\"peer\":", t.peer, ",\"tag\":", t.tag);
-    trace_complete(cat("comm ", name_), seq ? cat(name_of(t.k), " #", seq) : std::string(name_of(t.k)), start_ns,
-                   end_ns, std::move(args));
+    trace_lane_task(name_, t, seq, start_ns, end_ns);
   }
 
-  [[gnu::cold]] comm_history history() override {
-    comm_history h;
-    h.name = name_;
-    h.id = id_;
-    h.members = members_;
-    h.rank = rank();
-    using clock = lane<gloo_task, gloo_state>::clock;
-    const auto now = clock::now();
-    auto ago = [&](const clock::time_point* t) { return t ? std::chrono::duration<double>(now - *t).count() : -1.0; };
-    const auto totals = lane_.history([&](std::uint64_t ticket, std::uint64_t seq, const gloo_task& t,
-                                          const clock::time_point& enqueued, const clock::time_point* started,
-                                          const clock::time_point* ended) {
-      using k = gloo_task::kind;
-      op_record o;
-      o.ticket = ticket;
-      o.seq = seq;
-      o.op = name_of(t.k);
-      o.count = t.count;
-      o.bytes = t.count * t.elem;
-      if (t.k == k::send || t.k == k::recv || t.k == k::broadcast) o.peer = t.peer;
-      if (t.k == k::send || t.k == k::recv) o.tag = t.tag;
-      o.enqueued_ago = ago(&enqueued);
-      o.started_ago = ago(started);
-      o.ended_ago = ago(ended);
-      h.ops.push_back(std::move(o));
-    });
-    h.submitted = totals.submitted;
-    h.completed = totals.completed;
-    h.collectives = totals.collectives;
-    return h;
-  }
+  [[gnu::cold]] comm_history history() override { return lane_history(lane_, name_, id_, members_, rank()); }
 
  private:
   // A posted send or receive: its buffer, and what the waiter thread found.
