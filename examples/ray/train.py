@@ -2,8 +2,9 @@
 """Run a strata program on a Ray cluster, as Ray Train runs DeepSpeed: N workers (Ray
 actors, one per process, placed by a placement group) each start the program with the
 variables torchrun would give it (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT),
-so its world forms over Gloo (no MPI). Their output streams to this driver, prefixed by
-rank; at the end the driver prints rank 0's report and where its export is.
+so its world forms over Gloo (no MPI), and a fresh job secret (STRATA_JOB_SECRET), so its
+rendezvous admits only this job's processes. Their output streams to this driver,
+prefixed by rank; at the end the driver prints rank 0's report and where its export is.
 
 usage: train.py [--address ADDR] [--workers N] [--cpus-per-worker C] [--report-out FILE]
                 -- PROGRAM [ARGS...]
@@ -21,6 +22,7 @@ driver returns the report's contents and the export's node and path.
 """
 import json
 import os
+import secrets
 import subprocess
 import sys
 
@@ -129,10 +131,11 @@ def main():
         local.append(seen.get(ip, 0))
         seen[ip] = local[-1] + 1
     print(f"train.py: {n} workers on {len(seen)} node(s); rendezvous {master_addr}:{master_port}", flush=True)
+    secret = os.environ.get("STRATA_JOB_SECRET") or secrets.token_hex(32)
     runs = [
         w.run.remote({"RANK": str(r), "WORLD_SIZE": str(n), "LOCAL_RANK": str(local[r]),
                       "LOCAL_WORLD_SIZE": str(seen[addrs[r][0]]), "MASTER_ADDR": master_addr,
-                      "MASTER_PORT": str(master_port)}, program, r, os.getcwd())
+                      "MASTER_PORT": str(master_port), "STRATA_JOB_SECRET": secret}, program, r, os.getcwd())
         for r, w in enumerate(workers)
     ]
     codes = ray.get(runs)

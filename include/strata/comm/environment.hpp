@@ -98,6 +98,7 @@ struct env_session {
     c.world_size = launch.size;
     c.local_rank = launch.local_rank;
     c.timeout = default_comm_timeout();
+    c.security_from_env();
     world.emplace(gloo_comm::world(c));
 #else
     throw config_error(cat("strata::environment: a launch of ", launch.size, " processes by ", name_of(launch.kind),

@@ -29,6 +29,12 @@
 #define STRATA_HAS_GLOO 0
 #endif
 
+// OpenSSL's libcrypto proves a rendezvous's job secret (STRATA_JOB_SECRET); only the build
+// turns it on, as it must be linked.
+#ifndef STRATA_HAS_OPENSSL
+#define STRATA_HAS_OPENSSL 0
+#endif
+
 #ifndef STRATA_HAS_CUDA
 #define STRATA_HAS_CUDA 0
 #endif

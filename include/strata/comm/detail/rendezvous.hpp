@@ -3,17 +3,21 @@
 // (and no two name the same device) hands each the same bytes: its own (the ncclUniqueId)
 // or every rank's blobs (the addresses a host communicator without MPI connects by).
 #pragma once
+#include <arpa/inet.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -21,6 +25,7 @@
 
 #include "../../core/error.hpp"
 #include "lane.hpp"
+#include "rendezvous_auth.hpp"
 #include "rendezvous_socket.hpp"
 
 namespace strata::detail {
@@ -32,6 +37,20 @@ struct rendezvous_config {
   int world_size = 1;
   int local_rank = 0;
   std::chrono::duration<double> timeout{300.0};
+  std::string secret;     // STRATA_JOB_SECRET(_FILE): empty, the rendezvous admits anyone
+  bool bind_any = false;  // STRATA_RENDEZVOUS_BIND=any: rank 0 listens on every address
+
+  // The job secret and where rank 0 listens, from STRATA_JOB_SECRET(_FILE) and
+  // STRATA_RENDEZVOUS_BIND (any, or the default: MASTER_ADDR's address).
+  void security_from_env() {
+    secret = job_secret_from_env();
+    const char* bind = std::getenv("STRATA_RENDEZVOUS_BIND");
+    const std::string b = bind ? bind : "";
+    expects<config_error>(b.empty() || b == "any" || b == "master", [&] {
+      return cat("STRATA_RENDEZVOUS_BIND=\"", b, "\": expected any (every local address) or master (MASTER_ADDR's)");
+    });
+    bind_any = b == "any";
+  }
 
   // Reads the launcher's variables (LOCAL_RANK defaults to 0); the time-out is
   // STRATA_COMM_TIMEOUT's. A missing or malformed variable is a config_error naming it.
@@ -48,6 +67,7 @@ struct rendezvous_config {
     c.rank = env_number("RANK", true, 0, c.world_size - 1);
     c.local_rank = env_number("LOCAL_RANK", false, 0, 1 << 24);
     c.timeout = default_comm_timeout();
+    c.security_from_env();
     return c;
   }
 
@@ -102,10 +122,17 @@ inline std::string duplicate_gpu_message(const std::string& comm, int a, int b, 
 
 namespace rendezvous_wire {
 inline constexpr std::uint32_t magic = 0x53545241u;  // "STRA"
-inline constexpr std::uint32_t version = 3;          // 2: a device_key; 3: a blob after the hello
-// A rejection for a duplicate device is a config_error on every rank; others are comm_errors.
-inline constexpr std::uint32_t ok = 0, rejected = 1, rejected_config = 2;
-inline constexpr std::size_t node_bytes = 64, device_bytes = 32, hello_bytes = 16 + node_bytes + device_bytes;
+// 2: a device_key; 3: a blob after the hello; 4: nonces, a challenge and proofs of the secret
+inline constexpr std::uint32_t version = 4;
+// A rejection for a duplicate device or a wrong secret is a config_error; others are comm_errors.
+inline constexpr std::uint32_t ok = 0, rejected = 1, rejected_config = 2, rejected_secret = 3;
+inline constexpr std::uint32_t needs_secret = 1;  // the challenge's flag
+inline constexpr std::size_t node_bytes = 64, device_bytes = 32, key_bytes = node_bytes + device_bytes;
+// The client's preface (magic, version, rank, world size, its nonce), the server's
+// challenge (magic, flags, its nonce), the client's body (device key, blob length,
+// proof; the blob follows) and the server's reply head (status, lengths, proof).
+inline constexpr std::size_t preface_bytes = 16 + nonce_bytes, challenge_bytes = 8 + nonce_bytes,
+                             body_bytes = key_bytes + 4 + proof_bytes, reply_bytes = 12 + proof_bytes;
 // A rank's blob is at most this (a host communicator's addresses: about 130 bytes a peer).
 inline constexpr std::size_t max_blob_bytes = std::size_t{64} << 20;
 
@@ -131,11 +158,13 @@ inline device_key get_key(const unsigned char* p) {
 }  // namespace rendezvous_wire
 
 // Rank 0's side. Binds at construction (port 0 picks a free port, see port()), so the
-// other ranks may start connecting before serve() is called.
+// other ranks may start connecting before serve() is called. With a secret, a connection
+// is admitted only once it proved it knows it.
 class rendezvous_server {
  public:
   // host empty: every local address (IPv6 and IPv4 where the system allows both).
-  explicit rendezvous_server(int port, const std::string& host = "") {
+  explicit rendezvous_server(int port, const std::string& host = "", std::string secret = "")
+      : host_(host), secret_(std::move(secret)) {
     std::string last = "no address to bind";
     addr_list addrs(host, port, true);
     // Prefer an IPv6 socket that also takes IPv4 clients; fall back to whatever binds.
@@ -162,8 +191,10 @@ class rendezvous_server {
       break;
     }
     expects<comm_error>(static_cast<bool>(fd_), [&] {
-      return cat("rendezvous: rank 0 cannot listen on port ", port, ": ", last,
-                 " (is another job using MASTER_PORT? pick a free port)");
+      return cat("rendezvous: rank 0 cannot listen on ", host.empty() ? std::string("port ") : host + " port ", port,
+                 ": ", last,
+                 " (is another job using MASTER_PORT? pick a free port; STRATA_RENDEZVOUS_BIND=any listens on every "
+                 "address)");
     });
   }
 
@@ -175,12 +206,18 @@ class rendezvous_server {
     if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port);
     return ntohs(reinterpret_cast<const sockaddr_in*>(&a)->sin_port);
   }
+  // How long one connection may take over its hello before it is dropped.
+  void set_hello_limit(std::chrono::duration<double> t) { hello_limit_ = t; }
+  // Where it listens, for the launch line: "host:port", or "*:port" for every address.
+  std::string where() const { return cat(host_.empty() ? std::string("*") : host_, ":", port()); }
 
   // Waits for ranks 1 .. world_size - 1, each holding its connection, then checks that
   // no two ranks (rank 0 with `own` among them) name the same device and sends each the
-  // payload. A rank that did not come within the time-out, disagreed on the world size
-  // or came twice is a comm_error here, and every rank that came is told the same;
-  // a shared device is a config_error on every rank.
+  // payload. A rank that did not come within the time-out is a comm_error here, and every
+  // rank that came is told the same; a shared device is a config_error on every rank. A
+  // connection that speaks another protocol, fails the secret's proof, stalls in its hello,
+  // disagrees on the world size or claims a rank out of range or taken is refused, told why
+  // where it speaks the protocol, logged, and the wait goes on.
   void serve(std::span<const std::byte> payload, int world_size, std::chrono::duration<double> timeout,
              const device_key& own = {}, const std::string& comm = "nccl") {
     serve_with(world_size, timeout, own, comm, {},
@@ -196,17 +233,14 @@ class rendezvous_server {
     using namespace rendezvous_wire;
     const auto deadline = rendezvous_clock::now() + std::chrono::duration_cast<rendezvous_clock::duration>(timeout);
     raise_open_file_limit(static_cast<rlim_t>(world_size) + 64);  // one held connection per rank
-    std::vector<socket_fd> held(static_cast<std::size_t>(world_size));
-    std::vector<device_key> keys(static_cast<std::size_t>(world_size));
-    keys[0] = own;
-    std::vector<std::vector<std::byte>> blobs(static_cast<std::size_t>(world_size));
-    blobs[0].assign(own_blob.begin(), own_blob.end());
-    // Tells every rank that came (and `extra`, a connection not held) the problem, then
-    // throws it: a config_error as it is, a comm_error after `prefix`.
-    const auto reject_all = [&](std::uint32_t status, const std::string& problem, const char* prefix, int extra = -1) {
-      for (auto& c : held)
-        if (c) try_reply(c.get(), status, problem, deadline);
-      if (extra >= 0) try_reply(extra, status, problem, deadline);
+    std::vector<admitted> held(static_cast<std::size_t>(world_size));
+    held[0].key = own;
+    held[0].blob.assign(own_blob.begin(), own_blob.end());
+    // Tells every rank that came the problem, then throws it: a config_error as it is, a
+    // comm_error after `prefix`.
+    const auto reject_all = [&](std::uint32_t status, const std::string& problem, const char* prefix) {
+      for (auto& h : held)
+        if (h.fd) try_reply(h.fd.get(), status, problem, deadline);
       if (status == rejected_config) throw config_error(problem);
       throw comm_error(cat(prefix, problem));
     };
@@ -215,14 +249,16 @@ class rendezvous_server {
       if (!wait_ready(fd_.get(), POLLIN, deadline)) {
         std::string ranks;
         for (int r = 1; r < world_size; ++r)
-          if (!held[static_cast<std::size_t>(r)]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+          if (!held[static_cast<std::size_t>(r)].fd) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
         reject_all(rejected,
                    cat("rank 0 (port ", port(), ") waited ", timeout.count(), " s; rank(s) ", ranks, " of ", world_size,
                        " did not connect. Check that every rank was started with the same MASTER_ADDR, MASTER_PORT "
                        "and WORLD_SIZE (STRATA_COMM_TIMEOUT sets the time-out)"),
                    "rendezvous: ");
       }
-      socket_fd c(::accept(fd_.get(), nullptr, nullptr));
+      sockaddr_storage from{};
+      socklen_t from_len = sizeof from;
+      socket_fd c(::accept(fd_.get(), reinterpret_cast<sockaddr*>(&from), &from_len));
       if (!c && (errno == EMFILE || errno == ENFILE))
         reject_all(rejected,
                    cat("rank 0 cannot hold the connections of ", world_size - 1, " ranks: ", errno_text(errno),
@@ -230,55 +266,131 @@ class rendezvous_server {
                    "rendezvous: ");
       if (!c) continue;  // the client gave up between poll and accept, or EINTR
       set_nonblocking(c.get());
-      unsigned char hello[hello_bytes + 4];
-      std::vector<std::byte> blob;
-      try {
-        recv_all(c.get(), hello, 16, deadline, "rendezvous: rank 0 reading a hello");
-        if (get32(hello) != magic || get32(hello + 4) != version) continue;  // not one of ours (a port probe)
-        recv_all(c.get(), hello + 16, hello_bytes + 4 - 16, deadline, "rendezvous: rank 0 reading a hello");
-        const std::uint32_t n = get32(hello + hello_bytes);
-        if (n > max_blob_bytes) continue;
-        blob.resize(n);
-        if (n) recv_all(c.get(), blob.data(), n, deadline, "rendezvous: rank 0 reading a hello");
-      } catch (const comm_error&) {
-        continue;  // the deadline still bounds the wait
+      admitted a;
+      a.fd = std::move(c);
+      const std::string refusal =
+          admit(a, world_size, held,
+                std::min(deadline, rendezvous_clock::now() +
+                                       std::chrono::duration_cast<rendezvous_clock::duration>(hello_limit_)));
+      if (!refusal.empty()) {
+        std::fprintf(stderr, "strata: rendezvous (rank 0, %s): refused a connection from %s: %s\n", where().c_str(),
+                     address_text(from).c_str(), refusal.c_str());
+        std::fflush(stderr);
+        continue;
       }
-      const int rank = static_cast<int>(get32(hello + 8));
-      const int world = static_cast<int>(get32(hello + 12));
-      std::string problem;
-      if (world != world_size)
-        problem = cat("rank ", rank, " says WORLD_SIZE=", world, ", rank 0 has WORLD_SIZE=", world_size);
-      else if (rank <= 0 || rank >= world_size)
-        problem = cat("rank ", rank, " is not a rank in 1..", world_size - 1);
-      else if (held[static_cast<std::size_t>(rank)])
-        problem = cat("rank ", rank, " connected twice (two processes with the same RANK?)");
-      if (!problem.empty()) reject_all(rejected, problem, "rendezvous: rank 0 rejected a rank: ", c.get());
-      keys[static_cast<std::size_t>(rank)] = get_key(hello + 16);
-      blobs[static_cast<std::size_t>(rank)] = std::move(blob);
-      held[static_cast<std::size_t>(rank)] = std::move(c);
+      const auto r = static_cast<std::size_t>(a.rank);
+      held[r] = std::move(a);
       --missing;
     }
+    std::vector<device_key> keys;
+    for (const auto& h : held) keys.push_back(h.key);
     if (const auto shared = find_shared_device(keys))
       reject_all(
           rejected_config,
           duplicate_gpu_message(comm, shared->first, shared->second, keys[static_cast<std::size_t>(shared->first)]),
           "");
+    std::vector<std::vector<std::byte>> blobs;
+    for (auto& h : held) blobs.push_back(std::move(h.blob));
     std::vector<std::byte> payload = payload_of(std::as_const(blobs));
-    for (auto& c : held)
-      if (c) reply(c.get(), ok, {}, payload, deadline);
+    for (auto& h : held)
+      if (h.fd)
+        reply(h.fd.get(), ok, {}, payload, deadline,
+              prove(secret_, std::string_view("strata rendezvous server"), h.client_nonce, h.server_nonce, payload));
     return payload;
   }
 
  private:
-  static void reply(int fd, std::uint32_t status, const std::string& message, std::span<const std::byte> payload,
-                    rendezvous_clock::time_point deadline) {
+  struct admitted {
+    socket_fd fd;
+    int rank = 0;
+    device_key key;
+    std::vector<std::byte> blob;
+    rendezvous_nonce client_nonce{}, server_nonce{};
+  };
+
+  // Runs one connection's hello; empty when `a` is admitted as a rank, else why not (the
+  // connection is told, where it speaks the protocol, and closed).
+  std::string admit(admitted& a, int world_size, const std::vector<admitted>& held,
+                    rendezvous_clock::time_point hello_deadline) {
     using namespace rendezvous_wire;
-    std::vector<unsigned char> out(12 + message.size() + payload.size());
+    const int fd = a.fd.get();
+    try {
+      unsigned char preface[preface_bytes];
+      recv_all(fd, preface, preface_bytes, hello_deadline, "hello");
+      if (get32(preface) != magic || get32(preface + 4) != version)
+        return "not strata's rendezvous (another protocol, or another strata version)";
+      std::copy_n(preface + 16, nonce_bytes, a.client_nonce.begin());
+      a.server_nonce = make_nonce();
+      unsigned char challenge[challenge_bytes];
+      put32(challenge, magic);
+      put32(challenge + 4, secret_.empty() ? 0 : needs_secret);
+      std::copy(a.server_nonce.begin(), a.server_nonce.end(), challenge + 8);
+      send_all(fd, challenge, challenge_bytes, hello_deadline, "challenge");
+      unsigned char body[body_bytes];
+      recv_all(fd, body, body_bytes, hello_deadline, "hello");
+      const std::uint32_t n = get32(body + key_bytes);
+      if (n > max_blob_bytes) return cat("a blob of ", n, " bytes (at most ", max_blob_bytes, ")");
+      a.blob.resize(n);
+      if (n) recv_all(fd, a.blob.data(), n, hello_deadline, "hello");
+      rendezvous_proof proof;
+      std::copy_n(body + key_bytes + 4, proof_bytes, proof.begin());
+      if (!secret_.empty() &&
+          !proofs_equal(proof, prove(secret_, std::string_view("strata rendezvous client"),
+                                     std::span<const unsigned char>(preface), a.server_nonce,
+                                     std::span<const unsigned char>(body, key_bytes + 4), a.blob))) {
+        try_reply(fd, rejected_secret,
+                  "rank 0 refused this rank's proof of the job secret: set the same STRATA_JOB_SECRET (or "
+                  "STRATA_JOB_SECRET_FILE) on every rank",
+                  hello_deadline);
+        return "it failed the proof of the job secret (STRATA_JOB_SECRET)";
+      }
+      a.rank = static_cast<int>(get32(preface + 8));
+      const int world = static_cast<int>(get32(preface + 12));
+      a.key = get_key(body);
+      std::string problem;
+      if (world != world_size)
+        problem = cat("rank ", a.rank, " says WORLD_SIZE=", world, ", rank 0 has WORLD_SIZE=", world_size);
+      else if (a.rank <= 0 || a.rank >= world_size)
+        problem = cat("rank ", a.rank, " is not a rank in 1..", world_size - 1);
+      else if (held[static_cast<std::size_t>(a.rank)].fd)
+        problem = cat("rank ", a.rank, " has come already (two processes with the same RANK?)");
+      if (!problem.empty()) {
+        try_reply(fd, rejected, cat("rank 0 refused this rank: ", problem), hello_deadline);
+        return problem;
+      }
+      return {};
+    } catch (const comm_error& e) {
+      const bool stalled = std::string_view(e.what()).find("timed out") != std::string_view::npos;
+      return stalled ? cat("its hello did not finish within ", hello_limit_.count(), " s")
+                     : cat("its hello broke off (", e.what(), ")");
+    }
+  }
+
+  static std::string address_text(const sockaddr_storage& a) {
+    char text[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    if (a.ss_family == AF_INET6) {
+      const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
+      ::inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof text);
+      port = ntohs(v6->sin6_port);
+    } else if (a.ss_family == AF_INET) {
+      const auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
+      ::inet_ntop(AF_INET, &v4->sin_addr, text, sizeof text);
+      port = ntohs(v4->sin_port);
+    }
+    return cat(text, ":", port);
+  }
+
+  static void reply(int fd, std::uint32_t status, const std::string& message, std::span<const std::byte> payload,
+                    rendezvous_clock::time_point deadline, const rendezvous_proof& proof = {}) {
+    using namespace rendezvous_wire;
+    std::vector<unsigned char> out(reply_bytes + message.size() + payload.size());
     put32(out.data(), status);
     put32(out.data() + 4, static_cast<std::uint32_t>(message.size()));
     put32(out.data() + 8, static_cast<std::uint32_t>(payload.size()));
-    std::copy(message.begin(), message.end(), out.begin() + 12);
-    if (!payload.empty()) std::memcpy(out.data() + 12 + message.size(), payload.data(), payload.size());
+    std::copy(proof.begin(), proof.end(), out.begin() + 12);
+    std::copy(message.begin(), message.end(), out.begin() + reply_bytes);
+    if (!payload.empty()) std::memcpy(out.data() + reply_bytes + message.size(), payload.data(), payload.size());
     send_all(fd, out.data(), out.size(), deadline, "rendezvous: rank 0 replying");
   }
 
@@ -291,7 +403,7 @@ class rendezvous_server {
     ::setrlimit(RLIMIT_NOFILE, &l);  // where it is refused, accept's EMFILE says so
   }
 
-  // A rejection to a rank that may have given up already: its own time-out tells it.
+  // A rejection to a connection that may have given up already: its own time-out tells it.
   static void try_reply(int fd, std::uint32_t status, const std::string& message,
                         rendezvous_clock::time_point deadline) {
     try {
@@ -301,14 +413,18 @@ class rendezvous_server {
   }
 
   socket_fd fd_;
+  std::string host_;
+  std::string secret_;
+  std::chrono::duration<double> hello_limit_{10.0};
 };
 
 // Connects to rank 0 at host:port (retrying until the time-out, since rank 0 may start
-// later), introduces itself as `rank` of `world_size` using device `key`, and returns rank
-// 0's payload once every rank has come.
+// later), introduces itself as `rank` of `world_size` using device `key` with `blob`,
+// proves the job secret where there is one, and returns rank 0's payload once every rank
+// has come (with a secret, only a payload that rank 0 proved it sent).
 inline std::vector<std::byte> rendezvous_fetch(const std::string& host, int port, int rank, int world_size,
                                                std::chrono::duration<double> timeout, const device_key& key = {},
-                                               std::span<const std::byte> blob = {}) {
+                                               std::span<const std::byte> blob = {}, const std::string& secret = {}) {
   using namespace rendezvous_wire;
   const auto start = rendezvous_clock::now();
   const auto deadline = start + std::chrono::duration_cast<rendezvous_clock::duration>(timeout);
@@ -359,24 +475,79 @@ inline std::vector<std::byte> rendezvous_fetch(const std::string& host, int port
   }
   expects<comm_error>(blob.size() <= max_blob_bytes,
                       [&] { return cat(where, ": a blob of ", blob.size(), " bytes is over ", max_blob_bytes); });
-  std::vector<unsigned char> hello(hello_bytes + 4 + blob.size());
-  put32(hello.data(), magic);
-  put32(hello.data() + 4, version);
-  put32(hello.data() + 8, static_cast<std::uint32_t>(rank));
-  put32(hello.data() + 12, static_cast<std::uint32_t>(world_size));
-  put_key(hello.data() + 16, key);
-  put32(hello.data() + hello_bytes, static_cast<std::uint32_t>(blob.size()));
-  if (!blob.empty()) std::memcpy(hello.data() + hello_bytes + 4, blob.data(), blob.size());
-  send_all(s.get(), hello.data(), hello.size(), deadline, where);
-  unsigned char head[12];
+  unsigned char preface[preface_bytes];
+  put32(preface, magic);
+  put32(preface + 4, version);
+  put32(preface + 8, static_cast<std::uint32_t>(rank));
+  put32(preface + 12, static_cast<std::uint32_t>(world_size));
+  const rendezvous_nonce mine = make_nonce();
+  std::copy(mine.begin(), mine.end(), preface + 16);
+  send_all(s.get(), preface, preface_bytes, deadline, where);
+  unsigned char challenge[challenge_bytes];
+  recv_all(s.get(), challenge, challenge_bytes, deadline, where);
+  expects<comm_error>(get32(challenge) == magic,
+                      [&] { return cat(where, ": the other side is not strata's rendezvous (check MASTER_PORT)"); });
+  const bool needed = (get32(challenge + 4) & needs_secret) != 0;
+  expects<config_error>(needed || secret.empty(), [&] {
+    return cat(where,
+               ": this rank has a job secret (STRATA_JOB_SECRET) and rank 0 has none: set the same one on "
+               "every rank");
+  });
+  expects<config_error>(!needed || !secret.empty(), [&] {
+    return cat(where,
+               ": rank 0 admits only ranks that hold the job's secret: set STRATA_JOB_SECRET (or "
+               "STRATA_JOB_SECRET_FILE) on this rank as on rank 0");
+  });
+  rendezvous_nonce theirs{};
+  std::copy_n(challenge + 8, nonce_bytes, theirs.begin());
+  std::vector<unsigned char> body(body_bytes + blob.size());
+  put_key(body.data(), key);
+  put32(body.data() + key_bytes, static_cast<std::uint32_t>(blob.size()));
+  if (!blob.empty()) std::memcpy(body.data() + body_bytes, blob.data(), blob.size());
+  const auto proof =
+      prove(secret, std::string_view("strata rendezvous client"), std::span<const unsigned char>(preface), theirs,
+            std::span<const unsigned char>(body.data(), key_bytes + 4), blob);
+  std::copy(proof.begin(), proof.end(), body.begin() + key_bytes + 4);
+  send_all(s.get(), body.data(), body.size(), deadline, where);
+  unsigned char head[reply_bytes];
   recv_all(s.get(), head, sizeof head, deadline, where);
   std::string message(get32(head + 4), '\0');
   std::vector<std::byte> payload(get32(head + 8));
   if (!message.empty()) recv_all(s.get(), message.data(), message.size(), deadline, where);
   if (!payload.empty()) recv_all(s.get(), payload.data(), payload.size(), deadline, where);
-  expects<config_error>(get32(head) != rejected_config, [&] { return message; });
+  expects<config_error>(get32(head) != rejected_config && get32(head) != rejected_secret,
+                        [&] { return cat(where, ": ", message); });
   expects<comm_error>(get32(head) == ok, [&] { return cat(where, ": rank 0 rejected this rank: ", message); });
+  if (!secret.empty()) {
+    rendezvous_proof got;
+    std::copy_n(head + 12, proof_bytes, got.begin());
+    expects<config_error>(proofs_equal(got, prove(secret, std::string_view("strata rendezvous server"), mine, theirs,
+                                                  std::span<const std::byte>(payload))),
+                          [&] {
+                            return cat(where,
+                                       ": the reply did not prove the job secret (STRATA_JOB_SECRET): "
+                                       "another process answered at MASTER_ADDR:MASTER_PORT");
+                          });
+  }
   return payload;
+}
+
+// Rank 0's server for a config: on MASTER_ADDR's address (or every address with
+// STRATA_RENDEZVOUS_BIND=any), with the job secret; it says once where it listens, and
+// whether the rendezvous is open to anyone who reaches it.
+inline rendezvous_server rendezvous_host(const rendezvous_config& c) {
+  rendezvous_server server(c.master_port, c.bind_any ? std::string() : c.master_addr, c.secret);
+  static std::once_flag said;
+  std::call_once(said, [&] {
+    std::fprintf(
+        stderr, "strata: rendezvous on %s (%s)%s\n", server.where().c_str(),
+        c.bind_any ? "STRATA_RENDEZVOUS_BIND=any" : "MASTER_ADDR; STRATA_RENDEZVOUS_BIND=any for every address",
+        c.secret.empty() ? "; open to any process that reaches it: set STRATA_JOB_SECRET on every rank to admit "
+                           "only this job's"
+                         : "; ranks prove the job secret");
+    std::fflush(stderr);
+  });
+  return server;
 }
 
 // Every rank calls this: rank 0 serves `payload` (others pass an empty span) and
@@ -385,11 +556,11 @@ inline std::vector<std::byte> rendezvous_fetch(const std::string& host, int port
 inline std::vector<std::byte> rendezvous_broadcast(const rendezvous_config& c, std::span<const std::byte> payload,
                                                    const device_key& key = {}, const std::string& comm = "nccl") {
   if (c.rank == 0) {
-    rendezvous_server server(c.master_port);
+    rendezvous_server server = rendezvous_host(c);
     server.serve(payload, c.world_size, c.timeout, key, comm);
     return {payload.begin(), payload.end()};
   }
-  return rendezvous_fetch(c.master_addr, c.master_port, c.rank, c.world_size, c.timeout, key);
+  return rendezvous_fetch(c.master_addr, c.master_port, c.rank, c.world_size, c.timeout, key, {}, c.secret);
 }
 
 // Every rank calls this with its own blob; each returns every rank's blob, in rank order
@@ -413,10 +584,10 @@ inline std::vector<std::vector<std::byte>> rendezvous_all_gather(const rendezvou
   };
   std::vector<std::byte> packed;
   if (c.rank == 0) {
-    rendezvous_server server(c.master_port);
+    rendezvous_server server = rendezvous_host(c);
     packed = server.serve_with(c.world_size, c.timeout, {}, comm, blob, pack);
   } else {
-    packed = rendezvous_fetch(c.master_addr, c.master_port, c.rank, c.world_size, c.timeout, {}, blob);
+    packed = rendezvous_fetch(c.master_addr, c.master_port, c.rank, c.world_size, c.timeout, {}, blob, c.secret);
   }
   std::vector<std::vector<std::byte>> blobs;
   std::size_t at = 0;
