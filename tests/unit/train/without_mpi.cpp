@@ -34,7 +34,8 @@ template <class Precision>
 void check_all_stages_equal() {
   // One process, or (tests/CMakeLists.txt's gloo.train_without_mpi) two launched with
   // torchrun's variables: a build without MPI forms that world over Gloo.
-  grid g(environment().world());
+  environment env;  // held: the world lives as long as an environment does
+  grid g(env.world());
   REQUIRE(g.world().backend() == (g.world().size() == 1 ? "self" : "gloo"));
   test::mlp_setup s;
   s.opts.micro_batches = 2;
@@ -54,7 +55,8 @@ void check_all_stages_equal() {
 }  // namespace
 
 TEST_CASE("without MPI, training on one batch lowers its loss at every ZeRO stage", "[train][self_comm]") {
-  grid g(environment().world());
+  environment env;  // held: the world lives as long as an environment does
+  grid g(env.world());
   test::mlp_setup s;
   const auto fit = [&]<class Sharding>(Sharding) {
     trainer<mlp::model, host, Sharding> tr(g, mlp::make_model(s.shape), s.opts);
