@@ -302,21 +302,7 @@ class gloo_state final : public history_source {
         ::gloo::allreduce(o);
         break;
       }
-      case k::reduce_scatter: {
-        // A reduce to each block's owner, in rank order: every block is summed in Gloo's
-        // ring order, so the result is the same run to run.
-        if (scratch_.size() < bytes) scratch_.resize(bytes);
-        for (int r = 0; r < size(); ++r) {
-          ::gloo::ReduceOptions o(ctx);
-          o.setInput(in + static_cast<std::size_t>(r) * t.n, t.n);
-          o.setOutput(r == rank() ? out : reinterpret_cast<W*>(scratch_.data()), t.n);
-          o.setRoot(r);
-          o.setReduceFunction(t.reduce);
-          o.setTimeout(timeout);
-          ::gloo::reduce(o);
-        }
-        break;
-      }
+      case k::reduce_scatter: ring_reduce_scatter(t, bytes, timeout); break;
       case k::all_gather: {
         ::gloo::AllgatherOptions o(ctx);
         if (in != out + static_cast<std::size_t>(rank()) * t.n) o.setInput(in, t.n);
@@ -340,6 +326,34 @@ class gloo_state final : public history_source {
         break;
       }
       default: break;
+    }
+  }
+
+  // A ring: at step s rank r adds its own block (r - s - 2) mod n to the partial sum that
+  // rank r - 1 sent and passes it on, so after n - 1 steps it holds block r summed over
+  // every rank, in the one order r + 1, r + 2, ..., r: the same run to run, over any
+  // ZeRO stage, and n - 1 messages a rank (a reduce to each owner took about 8n). The
+  // partial sums alternate between the output and one block of scratch, so that the last
+  // lands in the output.
+  void ring_reduce_scatter(const gloo_task& t, std::size_t bytes, std::chrono::milliseconds timeout) {
+    const int n = size(), r = rank();
+    const auto* in = static_cast<const std::uint8_t*>(t.in);
+    const auto block = [&](int b) { return in + static_cast<std::size_t>((b % n + n) % n) * bytes; };
+    if (scratch_.size() < bytes) scratch_.resize(bytes);
+    void* halves[2] = {t.out, scratch_.data()};
+    std::unique_ptr<::gloo::transport::UnboundBuffer> bufs[2] = {ctx_->createUnboundBuffer(halves[0], bytes),
+                                                                 ctx_->createUnboundBuffer(halves[1], bytes)};
+    const auto recv_half = [&](int s) { return (n - 2 - s) % 2; };  // the last step receives into the output
+    const std::uint64_t slot = std::uint64_t{0x52} << 56;
+    const int next = (r + 1) % n, prev = (r + n - 1) % n;
+    std::memcpy(halves[1 - recv_half(0)], block(r - 1), bytes);
+    for (int s = 0; s < n - 1; ++s) {
+      const int into = recv_half(s);
+      bufs[1 - into]->send(next, slot, 0, bytes);
+      bufs[into]->recv(prev, slot, 0, bytes);
+      bufs[into]->waitRecv(timeout);
+      bufs[1 - into]->waitSend(timeout);
+      t.reduce(halves[into], halves[into], block(r - s - 2), t.n);
     }
   }
 
