@@ -4,10 +4,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <string_view>
 
+#include <strata/comm/environment.hpp>
 #include <strata/core/error.hpp>
 
 namespace examples {
@@ -36,6 +38,18 @@ inline constexpr const char* common_usage =
     "  --mlflow URI [--experiment NAME] [--run-name NAME] (an MLflow tracking server, http://host:port;\n"
     "     default $MLFLOW_TRACKING_URI, $MLFLOW_EXPERIMENT_NAME)\n"
     "  --quiet  --device cpu|cuda  --help\n";
+
+// The job's world as its launcher says (strata::environment), or the program's error and
+// exit status 2 where it cannot form (a launch variable missing, rank 0 unreachable, a
+// refused job secret): never an abort.
+inline std::unique_ptr<strata::environment> start_environment(const char* program, int& argc, char**& argv) {
+  try {
+    return std::make_unique<strata::environment>(argc, argv);
+  } catch (const strata::error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    std::exit(2);
+  }
+}
 
 // What main does with the outcome of its body: --help prints the usage (exit 0); an error
 // prints one line on rank 0, with the usage after a usage_error (exit 2). A communication

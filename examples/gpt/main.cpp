@@ -21,7 +21,8 @@ const std::string usage =
 
 int main(int argc, char** argv) {
   examples::become_device_binary(argc, argv);
-  strata::environment env(argc, argv);
+  const auto started = examples::start_environment("gpt", argc, argv);
+  strata::environment& env = *started;
   return examples::run_main("gpt", usage.c_str(), env.rank(), argc, argv, [&] {
     examples::args a(argc, argv, {"offload", "quiet"});
     const std::string device = examples::read_device(a);

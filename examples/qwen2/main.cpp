@@ -62,7 +62,8 @@ std::filesystem::path random_config(const std::string& spec) {
 
 int main(int argc, char** argv) {
   examples::become_device_binary(argc, argv);
-  strata::environment env(argc, argv);
+  const auto started = examples::start_environment("qwen2", argc, argv);
+  strata::environment& env = *started;
   return examples::run_main("qwen2", usage, env.rank(), argc, argv, [&]() -> int {
     examples::args a(argc, argv, {"offload", "offload-param", "quiet", "plan", "recompute"});
     if (a.has("check-memory")) {  // reads a report; trains nothing

@@ -82,6 +82,8 @@ def option_value(program, name):
 
 def main():
     opts, program = parse(sys.argv[1:])
+    if os.sep in program[0] and os.path.exists(program[0]):  # the workers start it elsewhere
+        program[0] = os.path.abspath(program[0])
     import ray
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
