@@ -77,5 +77,5 @@ peer_fault() {  # peer_fault SIGNAL TIMEOUT NAME
   grep -qE "(all_reduce|reduce_scatter|all_gather|broadcast|barrier|send|recv) of [0-9]+ elements" "$work/$3-0.log" ||
     { echo "FAILED: $3: no operation named"; cat "$work/$3-0.log"; exit 1; }
 }
-peer_fault KILL 60 dead_peer
-peer_fault STOP 4 stalled_peer
+peer_fault SIGKILL 60 dead_peer
+peer_fault SIGSTOP 4 stalled_peer

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -87,6 +88,20 @@ class gloo_group_context final : public ::gloo::Context {
   }
 };
 
+// Gloo's TCP transport writes with writev, which raises SIGPIPE when a peer has gone; by
+// default that ends this process silently (exit 141) before the lane can name the
+// operation. Python (and so torch's Gloo) ignores SIGPIPE at start-up; a C++ program must
+// do it itself. A handler the program installed is left alone.
+inline void ignore_sigpipe_by_default() {
+  struct sigaction now {};
+  if (::sigaction(SIGPIPE, nullptr, &now) == 0 && now.sa_handler == SIG_DFL) {
+    struct sigaction ign {};
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    ::sigaction(SIGPIPE, &ign, nullptr);
+  }
+}
+
 // The process's TCP device (one event loop for every Gloo context). STRATA_GLOO_IFNAME or
 // GLOO_SOCKET_IFNAME names the interface; else the host's name is resolved, or loopback
 // where MASTER_ADDR is loopback (a job on one machine).
@@ -95,6 +110,7 @@ inline std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string&
   static std::weak_ptr<::gloo::transport::Device> shared;
   std::lock_guard lk(m);
   if (auto d = shared.lock()) return d;
+  ignore_sigpipe_by_default();
   ::gloo::transport::tcp::attr a;
   const char* ifname = std::getenv("STRATA_GLOO_IFNAME");
   if (!ifname || !*ifname) ifname = std::getenv("GLOO_SOCKET_IFNAME");
