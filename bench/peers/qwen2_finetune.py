@@ -17,6 +17,13 @@ shape of bench/train's size of that name (the demo's config with its sizes repla
 place of `--config`, and without `--data` the windows are seeded random tokens:
 
     OMP_NUM_THREADS=2 python3 bench/peers/qwen2_finetune.py --size M --precision fp32 --steps 6
+
+On a GPU (`--device cuda`: the model and batches on the device, bf16 autocast over fp32
+weights, fused AdamW, SDPA), the report adds the peak of allocated device memory
+(torch.cuda.max_memory_allocated), beside `qwen2 --device cuda` at the same shape:
+
+    python3 bench/peers/qwen2_finetune.py --device cuda --config examples/qwen2/configs/qwen2.5-0.5b.json \
+        --seq 1024 --batch 8 --steps 6
 """
 import argparse
 import json
@@ -67,8 +74,12 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="bf16",
                     help="bf16: autocast of the forward, fp32 weights and optimizer (mixed precision)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--report", default="")
     a = ap.parse_args()
+    cuda = a.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        ap.error("--device cuda: torch sees no GPU (torch.cuda.is_available() is False)")
 
     raw = sized_config(a.size) if a.size else json.load(open(a.config))
     if a.seq is None:
@@ -78,7 +89,7 @@ def main():
     cfg = Qwen2Config(**{k: v for k, v in raw.items() if k != "architectures"})
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(cfg).train()
+    model = Qwen2ForCausalLM(cfg).to(a.device).train()
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
@@ -88,17 +99,22 @@ def main():
     else:
         tokens = np.random.default_rng(0).integers(0, cfg.vocab_size, a.batch * a.steps * (a.seq + 1) + 1)
     windows = (len(tokens) - 1) // a.seq
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     losses, seconds = [], []
     for s in range(a.steps):
         rows = [((s * a.batch + r) % windows) * a.seq for r in range(a.batch)]
-        w = torch.from_numpy(np.stack([tokens[i:i + a.seq + 1] for i in rows]))
+        w = torch.from_numpy(np.stack([tokens[i:i + a.seq + 1] for i in rows])).to(a.device)
+        sync()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
             logits = model(input_ids=w[:, :-1]).logits
         loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, cfg.vocab_size), w[:, 1:].reshape(-1))
         loss.backward()
         opt.step()
+        sync()
         seconds.append(time.perf_counter() - t0)
         losses.append(loss.item())
         print(f"step {s + 1}/{a.steps}  loss {loss.item():.6f}  {a.batch * a.seq / seconds[-1]:.4g} tokens/s", flush=True)
@@ -106,7 +122,10 @@ def main():
     r = {"losses": losses, "step_seconds": seconds, "tokens_per_s": a.batch * a.seq * len(timed) / sum(timed),
          "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
          "threads": torch.get_num_threads(), "torch": torch.__version__,
-         "params": sum(p.numel() for p in model.parameters())}
+         "params": sum(p.numel() for p in model.parameters()), "device": a.device}
+    if cuda:
+        r["device_name"] = torch.cuda.get_device_name()
+        r["peak_device_bytes"] = torch.cuda.max_memory_allocated()
     print(json.dumps({k: v for k, v in r.items() if k != "step_seconds"}))
     if a.report:
         json.dump(r, open(a.report, "w"), indent=2)

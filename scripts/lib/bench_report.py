@@ -61,12 +61,13 @@ def parse_torch_train(text):
     rows = {}
     for l in text.splitlines():
         f = l.split()
-        if len(f) == 11 and f[0] in ("S", "M", "L"):
+        if len(f) == 11 and f[0] in ("S", "M", "L", "G"):
             rows[f[0]] = dict(params=int(f[6]), tokens=num(f[9]))
     if not rows:
-        raise ParseError("no 'S|M|L ...' rows")
+        raise ParseError("no 'S|M|L|G ...' rows")
     head = lines_of(text, "# torch_train")
-    return {"rows": rows, "head": head[0][2:] if head else ""}
+    memory = re.search(r"peak allocated device memory ([\d,]+) MiB", text)
+    return {"rows": rows, "head": head[0][2:] if head else "", "memory": memory[1] if memory else None}
 
 
 def parse_json_tail(text):
@@ -190,12 +191,15 @@ def parse_finetune(text):
 
 
 def parse_device_train(text):
-    """bench/train --device cuda: 'gpt layers dim heads seq vocab params batch ms tokens/s TFLOP/s MFU loss'."""
+    """bench/train --device cuda: 'model layers dim heads seq vocab params batch ms tokens/s TFLOP/s MFU loss'."""
+    rows = {}
     for l in text.splitlines():
         f = l.split()
-        if len(f) == 13 and f[0] == "gpt":
-            return {"tokens": num(f[9]), "tflops": f[10], "mfu": f[11], "params": int(f[6]), "row": l}
-    raise ParseError("no 'gpt ...' row")
+        if len(f) == 13 and f[0] in ("gpt", "qwen2"):
+            rows[f[0]] = {"tokens": num(f[9]), "tflops": f[10], "mfu": f[11], "params": int(f[6]), "row": l}
+    if not rows:
+        raise ParseError("no 'gpt|qwen2 ...' row")
+    return rows
 
 
 def parse_device_optimizer(text):
@@ -397,8 +401,29 @@ def section_device(runs, parsed, out):
     out.append("## On the GPU\n")
     tr = parsed.get("device_train")
     if tr:
-        out.append(f"{cmd(runs['device_train'])}: gpt at GPT-2 124M's shape ({tr['params']:,} params that multiply), "
-                   f"bf16, ZeRO-1: **{fmt(tr['tokens'])} tokens/s, MFU {tr['mfu']} %** ({tr['tflops']} TFLOP/s):\n")
+        names = {"gpt": "gpt at GPT-2 124M's shape", "qwen2": "Qwen2 at Qwen2.5-0.5B's shape (tied, seq 1024)"}
+        peers = {"gpt": parsed.get("device_torch_train"), "qwen2": parsed.get("device_qwen2_peer")}
+        out.append(f"{cmd(runs['device_train'])}: bf16 mixed precision, AdamW, ZeRO-1, one GPU; params: those that "
+                   "multiply" + (", next to " + " and ".join(cmd(runs[k]) for k in ("device_torch_train",
+                                                                                  "device_qwen2_peer")
+                                                   if parsed.get(k)) if any(peers.values()) else "") + ":\n")
+        rows = []
+        for model, r in tr.items():
+            p = peers[model]
+            peer_tokens = None
+            if p and model == "gpt" and "G" in p["rows"]:
+                peer_tokens = p["rows"]["G"]["tokens"]
+            elif p and model == "qwen2":
+                peer_tokens = p["tokens_per_s"]
+            rows.append([names[model], fmt(r["params"]), fmt(r["tokens"]), r["tflops"], r["mfu"],
+                         fmt(peer_tokens) if peer_tokens else "-",
+                         f"{r['tokens'] / peer_tokens:.2f}" if peer_tokens else "-"])
+        out.append(table(["model", "params", "strata tokens/s", "TFLOP/s", "MFU %", "PyTorch tokens/s",
+                          "strata / PyTorch"], rows) + "\n")
+        q = peers["qwen2"]
+        if q and q.get("peak_device_bytes"):
+            out.append(f"transformers' peak allocated device memory at the Qwen2 shape: "
+                       f"{q['peak_device_bytes'] / 2**20:,.0f} MiB.\n")
         out.append("```\n" + open(runs["device_train"]["output"]).read().strip() + "\n```\n")
     o = parsed.get("device_optimizer")
     if o:
