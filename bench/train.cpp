@@ -51,13 +51,15 @@ extern "C" void cblas_sgemm(const CBLAS_ORDER order, const CBLAS_TRANSPOSE ta, c
 namespace {
 
 const char* usage =
-    "usage: bench/train [--models gpt,qwen2] [--sizes S,M,L] [--steps N] [--warmup W]\n"
+    "usage: bench/train [--models gpt,qwen2] [--sizes S,M,L] [--steps N] [--warmup W] [--profile]\n"
     "  Trains each model (one process, fp32, AdamW) at each size and prints tokens/s, achieved\n"
     "  GFLOP/s and the share of step time in GEMMs (medians over N steps after W warm-up steps).\n"
     "  gpt (dim/layers/heads/seq/vocab, batch x micro-batches): S 128/2/4/64/256 32x2,\n"
     "    M 256/4/8/128/512 16x2, L 512/6/8/256/1024 8x2.\n"
     "  qwen2 (hidden/intermediate/layers/heads/kv heads/seq/vocab, tied embeddings): S the demo's\n"
     "    128/352/4/8/2/64/258 32x2, M 256/704/4/8/2/128/512 16x2, L 512/1408/6/8/2/256/1024 8x2.\n"
+    "  --profile: after each row, where the median step's time went (each layer kind's forward and\n"
+    "    backward, the gradient norm, the optimizer, waits, the rest; trainer_options::profile).\n"
     "  Threads: OMP_NUM_THREADS.\n"
     "  --device cuda: GPT-2 124M's shape on one GPU in mixed<bf16> (train --device cuda --help).\n";
 
@@ -87,6 +89,7 @@ double median(std::vector<double> v) {
 // One row of the table: `lookups` params (embedding tables) do no FLOPs.
 template <class Trainer>
 void measure(const char* model, const size_spec& z, Trainer& tr, double lookups, long steps, long warmup) {
+  std::vector<strata::step_profile> profiles;
   gpt::synthetic_tokens data(gpt::config{.vocab = z.vocab, .seq = z.seq}, 5);
   strata::batch<> b;
   std::vector<double> seconds, gemm_share;
@@ -96,6 +99,7 @@ void measure(const char* model, const size_spec& z, Trainer& tr, double lookups,
     const double t = tr.step(b).seconds;
     if (s < warmup) continue;
     seconds.push_back(t);
+    if (!tr.last_profile().parts.empty()) profiles.push_back(tr.last_profile());
     gemm_share.push_back(static_cast<double>(gemm_ns.load() - before) * 1e-9 / t);
   }
   const double params = examples::full_param_count(tr) - lookups;
@@ -105,11 +109,18 @@ void measure(const char* model, const size_spec& z, Trainer& tr, double lookups,
   std::printf("%-6s %-4s %4d %6d %5d %5d %5d %10.0f %7ld %9.1f %10.0f %9.2f %8.1f\n", model, z.name, z.dim, z.layers,
               z.heads, z.seq, z.vocab, params, z.batch, t * 1e3, tokens / t, flops_per_token * tokens / t * 1e-9,
               100 * median(gemm_share));
+  if (!profiles.empty()) {
+    std::printf("# profile of %s %s, the median step:\n%s", model, z.name,
+                strata::profile_table(strata::median_step_profile(profiles), "#   ").c_str());
+  }
   std::fflush(stdout);
 }
 
+bool profile = false;  // --profile
+
 strata::trainer_options options_for(const size_spec& z) {
   strata::trainer_options opts;
+  opts.profile = profile;
   opts.micro_batches = z.micro_batches;
   opts.schedule = strata::lr_schedule::constant(1e-3);
   return opts;
@@ -164,7 +175,8 @@ int main(int argc, char** argv) {
   }
   examples::use_fitting_blas_kernels(argv);  // as the examples run
   return examples::run_main("bench/train", usage, 0, argc, argv, [&]() -> int {
-    examples::args a(argc, argv, {});
+    examples::args a(argc, argv, {"profile"});
+    profile = a.flag("profile");
     const auto models = split(a.str("models", "gpt,qwen2"));
     const auto names = split(a.str("sizes", "S,M,L"));
     const long steps = a.integer("steps", 5), warmup = a.integer("warmup", 2);

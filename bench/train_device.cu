@@ -32,6 +32,7 @@ namespace {
 struct options {
   int steps = 5, warmup = 2, batch = 8, micro_batches = 1, seq = 1024;
   int layers = 0;  // 0: each model's own (gpt 12, qwen2 24)
+  bool profile = false;
   std::vector<std::string> models{"gpt", "qwen2"};
 };
 
@@ -39,11 +40,12 @@ struct options {
   strata_bench::exit_usage(
       why == "help" ? why : "train --device cuda: " + why,
       "usage: train --device cuda [--models gpt,qwen2] [--steps N] [--warmup W] [--batch B] [--micro-batches M]\n"
-      "                           [--seq S] [--layers L]\n"
+      "                           [--seq S] [--layers L] [--profile]\n"
       "  Trains on one GPU in mixed<bf16>, AdamW, zero<1>, and prints tokens/s and MFU (medians over\n"
       "  N steps after W): gpt at GPT-2 124M's shape (768 wide, 12 heads, vocab 50257, 12 layers) and\n"
       "  qwen2 at Qwen2.5-0.5B's (896 wide, 14 heads, 2 KV heads, intermediate 4864, vocab 151936,\n"
-      "  tied, 24 layers); seq 1024 and batch 8 unless given, --layers for both.\n");
+      "  tied, 24 layers); seq 1024 and batch 8 unless given, --layers for both. --profile: after each\n"
+      "  row, where the median step's time went on the GPU (CUDA events on the compute stream).\n");
 }
 
 // --models takes a list; the rest are integers.
@@ -51,6 +53,10 @@ options parse(int argc, char** argv) {
   options o;
   std::vector<char*> rest{argv[0]};
   for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--profile") {
+      o.profile = true;
+      continue;
+    }
     if (std::string_view(argv[i]) != "--models") {
       rest.push_back(argv[i]);
       continue;
@@ -91,6 +97,7 @@ void measure(Trainer& tr, const shape& z, double lookups, const options& o, doub
   gpt::synthetic_tokens data(gpt::config{.vocab = z.vocab, .seq = z.seq}, 5);
   strata::batch<> b;
   std::vector<double> seconds;
+  std::vector<strata::step_profile> profiles;
   float first_loss = 0, last_loss = 0;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     data.fill(static_cast<std::uint64_t>(s) * static_cast<std::uint64_t>(o.batch), o.batch, b);
@@ -98,6 +105,7 @@ void measure(Trainer& tr, const shape& z, double lookups, const options& o, doub
     if (s == 0) first_loss = st.loss;
     last_loss = st.loss;
     if (s >= o.warmup) seconds.push_back(st.seconds);
+    if (s >= o.warmup && o.profile) profiles.push_back(tr.last_profile());
   }
   const double params = examples::full_param_count(tr) - lookups;
   const double tokens = static_cast<double>(o.batch) * z.seq;
@@ -108,6 +116,9 @@ void measure(Trainer& tr, const shape& z, double lookups, const options& o, doub
   std::printf("%-6s %6d %4d %5d %5d %6d %11.0f %6d %9.1f %10.0f %9.1f %7s %4.2f->%4.2f\n", z.model, z.layers, z.dim,
               z.heads, z.seq, z.vocab, params, o.batch, t * 1e3, tokens / t, flops / t * 1e-12, mfu, first_loss,
               last_loss);
+  if (!profiles.empty())
+    std::printf("# profile of %s, the median step:\n%s", z.model,
+                strata::profile_table(strata::median_step_profile(profiles), "#   ").c_str());
   std::fflush(stdout);
 }
 
@@ -138,6 +149,7 @@ int run_train_cuda(int argc, char** argv) {
     strata::grid g(env.world());
     strata::trainer_options opts;
     opts.micro_batches = o.micro_batches;
+    opts.profile = o.profile;
     opts.schedule = strata::lr_schedule::constant(3e-4);
     for (const std::string& m : o.models) {
       if (m == "gpt") {

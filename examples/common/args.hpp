@@ -35,6 +35,7 @@ inline constexpr const char* common_usage =
     "  --save DIR [--save-every N]  --load DIR  --export FILE.safetensors  --init FILE.safetensors\n"
     "  --report FILE.json  --metrics FILE.jsonl  --log-every N  --peak-flops F (MFU; default: measured)\n"
     "  --trace FILE.json (Chrome trace: every rank's layers, collectives, optimizer, data, saves)\n"
+    "  --profile (rank 0 prints where each logged step's time went: layer kinds, optimizer, waits)\n"
     "  --mlflow URI [--experiment NAME] [--run-name NAME] (an MLflow tracking server, http://host:port;\n"
     "     default $MLFLOW_TRACKING_URI, $MLFLOW_EXPERIMENT_NAME)\n"
     "  --quiet  --device cpu|cuda  --help\n";

@@ -46,6 +46,7 @@ struct loop_options {
   long log_every = 1;            // a progress line every N steps
   std::string metrics;           // JSON Lines of every step
   std::string trace;             // Chrome trace JSON of the run
+  bool profile = false;          // where each logged step's time went (trainer_options::profile)
   double peak_flops = 0;         // one process's peak, for MFU (0: measured on the host)
   // MLflow: the tracking server (default $MLFLOW_TRACKING_URI), the experiment (default
   // $MLFLOW_EXPERIMENT_NAME, else "strata"), the run's name; config: --config's file,
@@ -68,6 +69,7 @@ struct loop_options {
     log_every = a.integer("log-every", 1);
     metrics = a.str("metrics", "");
     trace = a.str("trace", "");
+    profile = a.flag("profile");
     peak_flops = a.real("peak-flops", 0.0);
     const auto env_or = [](const char* name, const char* def) {
       const char* v = std::getenv(name);
@@ -144,6 +146,7 @@ class trainer_handle {
   virtual void import_safetensors(const std::string& path) = 0;
   virtual void export_safetensors(const std::string& path) = 0;
   virtual std::uint64_t weights_hash(std::size_t* elements) = 0;
+  virtual const strata::step_profile& last_profile() const = 0;
 
   strata::world_comm* world = nullptr;
   int tp = 1, dp = 1, pp = 1;
@@ -178,6 +181,7 @@ class handle_of final : public trainer_handle {
   void import_safetensors(const std::string& path) override { strata::import_safetensors(tr_, path); }
   void export_safetensors(const std::string& path) override { strata::export_safetensors(tr_, path); }
   std::uint64_t weights_hash(std::size_t* elements) override { return strata::weights_hash_of(tr_, elements); }
+  const strata::step_profile& last_profile() const override { return tr_.last_profile(); }
 
  private:
   Trainer& tr_;
@@ -323,6 +327,8 @@ loop_result train_loop_on(Handle& tr, const loop_options& o, int world_rank, dou
     r.idle_seconds += r.last.idle_seconds;
     r.step_seconds += r.last.seconds;
     progress.step(r.last, o.steps, tr.memory().total(), tr.device_memory());
+    if (tr.options.profile && world_rank == 0 && !o.quiet && ((s + 1) % o.log_every == 0 || s + 1 == o.steps))
+      std::printf("profile of step %ld:\n%s", s + 1, strata::profile_table(tr.last_profile()).c_str());
     const bool periodic = o.save_every > 0 && (s + 1) % o.save_every == 0;
     if (!o.save.empty() && (periodic || s + 1 == o.steps)) tr.save(o.save, {{"data_position", (s + 1) * o.batch}});
     after_step(s + 1);

@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   const auto started = examples::start_environment("gpt", argc, argv);
   strata::environment& env = *started;
   return examples::run_main("gpt", usage.c_str(), env.rank(), argc, argv, [&] {
-    examples::args a(argc, argv, {"offload", "quiet"});
+    examples::args a(argc, argv, {"offload", "quiet", "profile"});
     const std::string device = examples::read_device(a);
     examples::loop_options lo;
     lo.read(a, 10, 8);
@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
     opts.schedule = strata::lr_schedule::constant(opts.lr);
     const auto cc = examples::apply_config(a, "gpt", env.rank(), env.size(), pol, opts, lo.batch, &tp, &pp);
     a.check_all_used();
+    opts.profile = lo.profile;
     opts.validate();
     strata::expects<strata::config_error>(pol.optimizer == "adamw" && pol.precision == "fp32", [&] {
       return strata::cat("gpt trains with AdamW in fp32; the config asks for ", pol.optimizer, " in ", pol.precision);

@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   const auto started = examples::start_environment("mlp", argc, argv);
   strata::environment& env = *started;
   return examples::run_main("mlp", usage.c_str(), env.rank(), argc, argv, [&] {
-    examples::args a(argc, argv, {"offload", "offload-param", "quiet"});
+    examples::args a(argc, argv, {"offload", "offload-param", "quiet", "profile"});
     const std::string device = examples::read_device(a);
     examples::loop_options lo;
     lo.read(a, 20, 64);
@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
     opts.schedule = strata::lr_schedule::constant(opts.lr);
     const auto cc = examples::apply_config(a, "mlp", env.rank(), env.size(), pol, opts, lo.batch);
     a.check_all_used();
+    opts.profile = lo.profile;
     opts.validate();
     const mlp::run_args ra{env, shape, lo, opts, cc, pol};
     return examples::run_on(

@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
   const auto started = examples::start_environment("qwen2", argc, argv);
   strata::environment& env = *started;
   return examples::run_main("qwen2", usage, env.rank(), argc, argv, [&]() -> int {
-    examples::args a(argc, argv, {"offload", "offload-param", "quiet", "plan", "recompute"});
+    examples::args a(argc, argv, {"offload", "offload-param", "quiet", "plan", "recompute", "profile"});
     if (a.has("check-memory")) {  // reads a report; trains nothing
       const std::string report = a.str("check-memory", "");
       (void)examples::read_device(a);
@@ -143,6 +143,7 @@ int main(int argc, char** argv) {
     strata::expects<strata::config_error>(o.export_dtype == "fp32" || o.export_dtype == "bf16", [&] {
       return "--export-dtype " + o.export_dtype + " is not one of fp32, bf16";
     });
+    opts.profile = lo.profile;
     opts.validate();
     strata::expects<strata::config_error>(pol.optimizer == "adamw", [&] {
       return strata::cat("qwen2 fine-tunes with AdamW; the config asks for ", pol.optimizer);

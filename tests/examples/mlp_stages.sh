@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The example as a user runs it: `mpiexec -n 4 mlp --zero Z --report r.json` gives one
-# weights_hash for Z = 0..3 (and with --offload), for fp32 and bf16; bad options fail
-# with a clear message and exit code 2.
+# weights_hash for Z = 0..3 (and with --offload), for fp32 and bf16, and the same with
+# --profile; bad options fail with a clear message and exit code 2.
 # usage: mlp_stages.sh MLP_BINARY MPIEXEC WORK_DIR
 set -euo pipefail
 mlp=$1 mpiexec=$2 work=$3
@@ -32,6 +32,17 @@ for key in ("final_loss", "weights_hash", "skipped_steps", "memory"):
 assert isinstance(r["final_loss"], float) and isinstance(r["skipped_steps"], list)
 assert r["memory"]["master"] > 0
 PY
+# --profile: rank 0 shows where each step's time went, and the weights stay the same.
+"$mpiexec" -n 4 "$mlp" --zero 2 --precision fp32 --steps 8 --micro-batches 2 --log-every 4 --profile \
+  --report "$work/profiled.json" >"$work/profiled.log"
+[ "$(hash_of "$work/profiled.json")" = "$(hash_of "$work/z2-fp32.json")" ] ||
+  { echo "FAILED: --profile changed the weights"; exit 1; }
+[ "$(grep -c '^profile of step' "$work/profiled.log")" = 2 ] || { echo "FAILED: not 2 profiles (steps 4, 8)"; cat "$work/profiled.log"; exit 1; }
+for part in "blocks forward" "blocks backward" "loss backward" "optimizer" "gradient norm" "sum of the parts" \
+  "comm reduce_scatter"; do
+  grep -q "^  $part " "$work/profiled.log" || { echo "FAILED: the profile has no '$part'"; cat "$work/profiled.log"; exit 1; }
+done
+grep -A14 '^profile of step 8' "$work/profiled.log"
 # Bad input: a clear error, exit code 2, no hang.
 for bad in "--zero 5" "--micro-batches 0" "--steps -1" "--lr -0.1" "--precision fp8" "--batch 30 --micro-batches 4" "--zero 0 --offload" "--bogus 1"; do
   set +e

@@ -6,6 +6,8 @@
 #include <exception>
 #include <utility>
 
+#include "../core/trace.hpp"
+
 namespace strata {
 
 namespace detail {
@@ -42,7 +44,18 @@ class request {
   ~request() { finish_quietly(); }
 
   void wait() {
-    if (auto* s = std::exchange(source_, nullptr)) s->wait(ticket_);
+    auto* s = std::exchange(source_, nullptr);
+    if (!s) return;
+    // A step profile counts the time its thread (or, on a GPU, its stream) waits here.
+    auto* profile = detail::this_thread_profile();
+    if (profile) profile->enter("wait", "waits");
+    struct leave_after {
+      detail::profile_hook* p;
+      ~leave_after() {
+        if (p) p->leave();
+      }
+    } leave{profile};
+    s->wait(ticket_);
   }
   // True once complete. Completion consumes the request, so an error is rethrown here.
   bool test() {

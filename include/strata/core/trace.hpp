@@ -62,6 +62,53 @@ inline trace_buffer& this_thread_trace_buffer() {
 
 inline bool tracing() noexcept { return detail::trace_global().on.load(std::memory_order_relaxed); }
 
+namespace detail {
+
+// A step profile (train/step_profile.hpp) listens to the trace scopes and waits of the
+// thread that runs a step, traced or not: each scope entered and left is a mark on its
+// timeline. Installed only for that thread and step; null otherwise.
+class profile_hook {
+ public:
+  virtual void enter(std::string_view track, const std::string& name) = 0;
+  virtual void leave() = 0;
+
+ protected:
+  ~profile_hook() = default;
+};
+
+inline profile_hook*& this_thread_profile() noexcept {
+  thread_local profile_hook* hook = nullptr;
+  return hook;
+}
+
+// Busy time of each kind of communication while a profile collects it (from every lane
+// thread): the operation's name and its seconds from start to end on its lane.
+struct comm_busy {
+  std::mutex m;
+  std::vector<std::pair<std::string, double>> by_kind;
+  void add(std::string_view kind, double seconds) {
+    std::lock_guard lk(m);
+    for (auto& [k, s] : by_kind)
+      if (k == kind) {
+        s += seconds;
+        return;
+      }
+    by_kind.emplace_back(std::string(kind), seconds);
+  }
+};
+
+inline std::atomic<comm_busy*>& comm_busy_sink() noexcept {
+  static std::atomic<comm_busy*> sink{nullptr};
+  return sink;
+}
+
+// Whether a finished lane operation is wanted: by a trace or by a profile.
+inline bool lane_ops_observed() noexcept {
+  return tracing() || comm_busy_sink().load(std::memory_order_relaxed) != nullptr;
+}
+
+}  // namespace detail
+
 inline std::int64_t trace_clock_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -82,17 +129,21 @@ class trace_scope {
  public:
   template <class Name>
   trace_scope(std::string_view track, Name&& name) {
-    if (!tracing()) return;
+    const bool traced = tracing();
+    profile_ = detail::this_thread_profile();
+    if (!traced && !profile_) return;
     track_ = track;
     if constexpr (std::is_invocable_v<Name>)
       name_ = std::string(name());
     else
       name_ = std::string(name);
-    start_ = trace_clock_ns();
+    if (profile_) profile_->enter(track_, name_);
+    if (traced) start_ = trace_clock_ns();
   }
   trace_scope(const trace_scope&) = delete;
   trace_scope& operator=(const trace_scope&) = delete;
   ~trace_scope() {
+    if (profile_) profile_->leave();
     if (start_ != 0) trace_complete(track_, std::move(name_), start_, trace_clock_ns(), std::move(args_));
   }
   // Adds `"key":value` (value already JSON) to the event's arguments.
@@ -109,6 +160,7 @@ class trace_scope {
   std::string_view track_;
   std::string name_, args_;
   std::int64_t start_ = 0;
+  detail::profile_hook* profile_ = nullptr;
 };
 
 namespace detail {

@@ -37,6 +37,12 @@ struct trainer_options {
   // inside the all-gather that needs it (prefetched as gathers are). On the host the
   // params already live in host memory, so nothing changes there. ZeRO-3 only.
   bool offload_params = false;
+  // Where each step's time goes (train/step_profile.hpp): the step's timeline split into
+  // each layer kind's forward and backward, the gradient norm, the optimizer, the waits
+  // and the rest, on the space's clock (CUDA events on a GPU), and host communication's
+  // busy time by kind; read it after a step with trainer::last_profile(). Costs a clock
+  // read or an event record at each layer's start and end.
+  bool profile = false;
   // A step whose gradients are not finite is skipped. At a static loss scale (fp32, bf16,
   // a fixed fp16 loss_scale) nothing changes from one step to the next that could make
   // them finite again, so after this many skipped steps in a row the step throws a

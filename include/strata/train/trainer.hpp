@@ -160,6 +160,9 @@ class trainer {
   memory_report memory() const { return body_.memory(); }
   // Activation bytes held for in-flight micro-batches (grows to the schedule's peak).
   std::size_t activation_bytes() const { return body_.activation_bytes(); }
+  // Where the last step's time went, when trainer_options::profile is set (empty before a
+  // profiled step): train/step_profile.hpp.
+  const step_profile& last_profile() const noexcept { return body_.last_profile(); }
 
   // The model's flat parameter layout, and this rank's bucket plan of it.
   const flat_layout& layout() const noexcept { return body_.layout(); }

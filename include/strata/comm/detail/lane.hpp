@@ -111,7 +111,7 @@ class lane final : public request_source {
         {
           std::lock_guard lk(l.m_);
           l.ended_at_[slot_of(ticket)].store(clock::now().time_since_epoch().count(), std::memory_order_relaxed);
-          if (tracing()) l.trace(ticket);
+          if (lane_ops_observed()) l.trace(ticket);
           l.completed_.store(ticket, std::memory_order_release);
           l.submitted_seen_.store(l.submitted_, std::memory_order_release);
           l.inline_active_ = false;
@@ -264,7 +264,7 @@ class lane final : public request_source {
         const auto now = clock::now().time_since_epoch().count();
         for (std::uint64_t t = before + 1; t <= completed; ++t) {
           ended_at_[slot_of(t)].store(now, std::memory_order_relaxed);
-          if (tracing()) trace(t);
+          if (lane_ops_observed()) trace(t);
         }
         {
           std::lock_guard lk(m_);

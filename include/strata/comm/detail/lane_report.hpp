@@ -1,5 +1,6 @@
 // What a lane-backed communicator (MPI's, Gloo's) reports of its operations: one trace
-// event per finished operation while tracing, and its ring's history for a hang report.
+// event per finished operation while tracing, its busy time to a step profile, and its
+// ring's history for a hang report.
 // Their task descriptors share the fields read here (k, count, elem, peer, tag) and their
 // kinds' names (send, recv, broadcast; name_of).
 #pragma once
@@ -19,6 +20,9 @@ template <class Task>
 void trace_lane_task(const std::string& comm, const Task& t, std::uint64_t seq, std::int64_t start_ns,
                      std::int64_t end_ns) {
   using k = typename Task::kind;
+  if (auto* busy = comm_busy_sink().load(std::memory_order_relaxed))
+    busy->add(name_of(t.k), static_cast<double>(end_ns - start_ns) * 1e-9);
+  if (!tracing()) return;
   std::string args = cat("\"comm\":", json_string(comm), ",\"bytes\":", t.count * t.elem, ",\"count\":", t.count);
   if (seq) args += cat(",\"seq\":", seq);
   if (t.k == k::send || t.k == k::recv) args += cat(",\"peer\":", t.peer, ",\"tag\":", t.tag);

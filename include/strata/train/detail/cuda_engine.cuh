@@ -20,6 +20,7 @@
 #include "../../space/cuda_stream.hpp"
 #include "../../space/cuda_transfer.hpp"
 #include "../../space/detail/cublas_check.hpp"
+#include "../../space/detail/cuda_check.hpp"
 #include "engine.hpp"
 
 namespace strata::detail {
@@ -52,6 +53,38 @@ struct round_through {
   STRATA_HOST_DEVICE void operator()(std::size_t i) const { out[i] = static_cast<float>(strata::round_to<P>(in[i])); }
 };
 }  // namespace engine_ops
+
+// A step profile's timeline on a GPU: CUDA events recorded on the compute stream, kept
+// for the next step (a step makes about four a layer). seconds(i, j) reads the device's
+// time between two once both have happened (after a synchronize).
+class cuda_marks {
+ public:
+  explicit cuda_marks(cudaStream_t stream) noexcept : stream_(stream) {}
+  cuda_marks(const cuda_marks&) = delete;
+  cuda_marks& operator=(const cuda_marks&) = delete;
+  ~cuda_marks() {
+    for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
+  }
+  void reset() noexcept { used_ = 0; }
+  void mark() {
+    if (used_ == events_.size()) {
+      cudaEvent_t e = nullptr;
+      STRATA_CHECK_CUDA(cudaEventCreate(&e));
+      events_.push_back(e);
+    }
+    STRATA_CHECK_CUDA(cudaEventRecord(events_[used_++], stream_));
+  }
+  double seconds(std::size_t i, std::size_t j) const {
+    float ms = 0;
+    STRATA_CHECK_CUDA(cudaEventElapsedTime(&ms, events_[i], events_[j]));
+    return static_cast<double>(ms) * 1e-3;
+  }
+
+ private:
+  cudaStream_t stream_;
+  std::vector<cudaEvent_t> events_;
+  std::size_t used_ = 0;
+};
 
 template <>
 class engine<cuda> {
@@ -92,6 +125,9 @@ class engine<cuda> {
   void settle_id_checks() { id_checks_.settle(); }
   cudaStream_t stream() const noexcept { return stream_.get(); }
   device_comm_kind comm_kind() const noexcept { return comm_kind_; }
+  // A step profile's timeline (train/step_profile.hpp): events on the compute stream.
+  using marks_type = cuda_marks;
+  cuda_marks& marks() noexcept { return marks_; }
   // Collective over `world`, before any NCCL init: two ranks on one GPU are the same
   // config_error on every rank, naming both. (Each communicator checks its own group
   // too, but ranks of other groups would then wait in their init for the time-out.)
@@ -202,6 +238,7 @@ class engine<cuda> {
   cuda_run_table table_;
   buffer<double, cuda> partials_;
   buffer<double, pinned> partials_host_;
+  cuda_marks marks_{stream_.get()};
 };
 
 }  // namespace strata::detail

@@ -13,6 +13,7 @@
 #include "../../kernels/reduce.hpp"
 #include "../../optim/shard.hpp"
 #include "../../space/host.hpp"
+#include "../step_profile.hpp"
 #include "sharded_state.hpp"
 
 namespace strata::detail {
@@ -35,6 +36,9 @@ class engine<host> {
 
   executor<host> exec() const noexcept { return {}; }
   void synchronize() noexcept {}
+  // A step profile's timeline (train/step_profile.hpp).
+  using marks_type = host_marks;
+  host_marks& marks() noexcept { return marks_; }
   // The host's id checks read the values where they are, at once: none wait.
   void settle_id_checks() noexcept {}
 
@@ -92,6 +96,7 @@ class engine<host> {
 
  private:
   std::vector<update_run> runs_;
+  host_marks marks_;
 };
 
 }  // namespace strata::detail

@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <exception>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -29,6 +31,7 @@
 #include "../layer_table.hpp"
 #include "../options.hpp"
 #include "../report.hpp"
+#include "../step_profile.hpp"
 #include "checkpoint_view.hpp"
 #include "grad_reducer.hpp"
 #include "param_gathers.hpp"
@@ -111,8 +114,18 @@ class trainer_body {
   trainer_body& operator=(const trainer_body&) = delete;
 
   step_stats step(const batch<Space>& b) {
-    trace_scope ev(trace_track::compute, [&] { return cat("step ", counters_.step + 1); });
     const auto t0 = std::chrono::steady_clock::now();
+    if (opts_.profile) {
+      if (!profiler_) profiler_.emplace(dev_.eng->marks());
+      profiler_->begin();
+    }
+    struct stop_profile_on_throw {  // a step that throws leaves no hook on this thread
+      std::optional<step_profiler<typename engine<Space>::marks_type>>& p;
+      ~stop_profile_on_throw() {
+        if (p && std::uncaught_exceptions() > 0) p->stop();
+      }
+    } stop_on_throw{profiler_};
+    trace_scope ev(trace_track::compute, [&] { return cat("step ", counters_.step + 1); });
     check_batch_rows(b, opts_.micro_batches);
     const float scale = loss_scale();
     const std::size_t live = Space::counters().live.load();
@@ -133,10 +146,14 @@ class trainer_body {
     s.lr = opts_.schedule.lr(counters_.step - 1 - static_cast<long>(counters_.skipped.size()));
     // One sum gives the global norm and the overflow verdict: a non-finite gradient on
     // any rank makes it non-finite everywhere.
-    double sq = dev_.eng->sum_squares(state_.grad_shard.data(), norm_runs_);
-    dp_.all_reduce(std::span<double>(&sq, 1), reduce_op::sum);
-    if (grid_.tp_size() > 1) grid_.tensor().all_reduce(std::span<double>(&sq, 1), reduce_op::sum);
-    if (grid_.pp_size() > 1) grid_.pipeline().all_reduce(std::span<double>(&sq, 1), reduce_op::sum);
+    double sq = 0;
+    {
+      trace_scope norm(trace_track::compute, "gradient norm");
+      sq = dev_.eng->sum_squares(state_.grad_shard.data(), norm_runs_);
+      dp_.all_reduce(std::span<double>(&sq, 1), reduce_op::sum);
+      if (grid_.tp_size() > 1) grid_.tensor().all_reduce(std::span<double>(&sq, 1), reduce_op::sum);
+      if (grid_.pp_size() > 1) grid_.pipeline().all_reduce(std::span<double>(&sq, 1), reduce_op::sum);
+    }
     const double unscale = 1.0 / (static_cast<double>(dp_.size()) * scale);
     s.grad_norm = std::sqrt(sq) * unscale;
     const bool overflow = !std::isfinite(sq) || !std::isfinite(s.loss);
@@ -152,8 +169,10 @@ class trainer_body {
       update_.apply(s.lr, static_cast<float>(coef * unscale),
                     counters_.step - static_cast<long>(counters_.skipped.size()));
     }
+    if (profiler_ && opts_.profile) profiler_->finish();
     dev_.eng->synchronize();  // a step's time includes its device work
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (profiler_ && opts_.profile) last_profile_ = profiler_->resolve(s.seconds);
     s.idle_seconds = driver_.idle_seconds();
     s.samples_per_s = static_cast<double>(b.inputs.dim(0)) * dp_.size() / s.seconds;
     s.host_threads = host_threads().threads;
@@ -209,6 +228,7 @@ class trainer_body {
   // measured as the growth of the space's live bytes over the forward and backward passes,
   // which reuse their tensors once sized, so the count is the truth, whatever the layers.
   std::size_t activation_bytes() const { return activations_; }
+  const step_profile& last_profile() const noexcept { return last_profile_; }
   const flat_layout& layout() const noexcept { return layout_; }
   const bucket_plan& plan() const noexcept { return plan_; }
   const std::vector<long>& skipped_steps() const noexcept { return counters_.skipped; }
@@ -322,7 +342,9 @@ class trainer_body {
   tied_params<types> tied_;
   trainer_weights<types> weights_;
   checkpoint_view<types, Optimizer> checkpoints_;
-  std::vector<index_range> norm_runs_;  // of the grad shard, counted in the norm
+  std::vector<index_range> norm_runs_;                                         // of the grad shard, counted in the norm
+  std::optional<step_profiler<typename engine<Space>::marks_type>> profiler_;  // trainer_options::profile
+  step_profile last_profile_;
   step_counters counters_;
 };
 
