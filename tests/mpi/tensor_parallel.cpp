@@ -279,6 +279,49 @@ TEST_CASE("vocab_parallel_cross_entropy matches softmax_cross_entropy on the who
   }
 }
 
+TEST_CASE("linear_cross_entropy split by vocabulary matches the whole head and loss apart, in chunks") {
+  for (int T : tp_sizes())
+    for (const std::int64_t chunk : {std::int64_t{0}, std::int64_t{2 * 12}}) {
+      INFO("T = " << T << ", chunk_elements " << chunk);
+      setup s(T);
+      // The same weight values at T = 1 and T: the store draws by name and full index.
+      auto head = sp::make_column_parallel_linear(8, 24, 0, 1, false);
+      auto fused = sp::make_linear_cross_entropy(8, 24, s.r(), T, chunk);
+      param_store store;
+      const auto pf = store.bind(head), pp = store.bind(fused);
+      const auto x = random_tensor(shape{2, 5, 8}, s.rng, -2.0f, 2.0f);
+      tensor<float> targets(shape{2, 5});
+      std::uniform_int_distribution<int> cls(0, 23);
+      for (auto& v : targets.span()) v = static_cast<float>(cls(s.rng));
+      targets[3] = static_cast<float>(ignore_label);
+      s.tp.t = copy_of(targets);
+      s.whole.t = copy_of(targets);
+      tensor<float> dy(shape{1});
+      dy[0] = 0.75f;
+
+      nn::softmax_cross_entropy ce;
+      nn::softmax_cross_entropy::cache cc;
+      sp::column_parallel_linear::cache ch;
+      tensor<float> logits, y0, dlogits, dx0;
+      head.forward(s.whole, x, logits, ch);
+      ce.forward(s.whole, logits, y0, cc);
+      ce.backward(s.whole, dy, dlogits, cc);
+      head.backward(s.whole, dlogits, dx0, ch);
+
+      sp::linear_cross_entropy::cache c;
+      tensor<float> y, dx;
+      fused.forward(s.tp, x, y, c);
+      fused.backward(s.tp, dy, dx, c);
+      INFO("loss " << y[0] << " vs " << y0[0]);
+      CHECK(std::abs(y[0] - y0[0]) <= tol * std::abs(y0[0]));
+      check_close(dx, dx0, "dx");  // all-reduced: the whole input gradient on every rank
+      check_grad_slices(pp, {pf[0]});  // the head's weight (its bias is empty)
+      tensor<float> part_logits;
+      fused.logits(s.tp, x, part_logits);
+      check_close(part_logits, column_block(logits, s.r(), 24 / T), "logits");
+    }
+}
+
 TEST_CASE("causal_self_attention with heads split over ranks matches whole attention") {
   for (int T : tp_sizes()) {
     INFO("T = " << T);

@@ -1,7 +1,10 @@
 // nn::softmax_cross_entropy and nn::mse: the loss against a double reference, stability
 // with large logits, finite differences with an upstream scale, and bad targets.
+// nn::linear_cross_entropy (the fused head and loss) against the head and loss apart.
+#include <strata/nn/linear.hpp>
 #include <strata/nn/mse.hpp>
 #include <strata/nn/softmax_cross_entropy.hpp>
+#include <strata/nn/tp/linear_cross_entropy.hpp>
 
 #include "support.hpp"
 
@@ -231,4 +234,106 @@ TEST_CASE("cross-entropy: ignore_label rows add nothing, and a context's label c
     nn::softmax_cross_entropy::cache c, c2;
     check(ce, c, c2);
   }
+}
+
+TEST_CASE("linear_cross_entropy equals a linear head and softmax_cross_entropy, in chunks of any size") {
+  std::mt19937 rng(71);
+  constexpr int D = 12, V = 40;
+  const float ig = static_cast<float>(strata::ignore_label);
+  // Unfused: logits = x W^T, then the loss; the weight is bound to the same values.
+  nn::linear head = nn::make_linear(D, V, false);
+  param_store store;
+  store.bind(head.weight, rng, -0.5f, 0.5f);
+  const auto x = random_tensor(shape{3, 7, D}, rng, -2.0f, 2.0f);  // 21 rows
+  context ctx;
+  ctx.t = random_classes(shape{3, 7}, V, rng);
+  ctx.t[4] = ig;
+  ctx.t[20] = ig;
+  const auto dy = tensor_of(shape{1}, {0.75f});
+  nn::linear::cache<> ch;
+  nn::softmax_cross_entropy ce;
+  nn::softmax_cross_entropy::cache<> cc;
+  tensor<float> logits, y0, dlogits, dx0;
+  head.forward(ctx, x, logits, ch);
+  ce.forward(ctx, logits, y0, cc);
+  ce.backward(ctx, dy, dlogits, cc);
+  head.backward(ctx, dlogits, dx0, ch);
+  const std::vector<float> dw0(head.weight.grads().begin(), head.weight.grads().end());
+  const auto close = [](std::span<const float> got, std::span<const float> want, double rel) {
+    REQUIRE(got.size() == want.size());
+    double scale = 0, worst = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+      worst = std::max(worst, std::abs(static_cast<double>(got[i]) - want[i]));
+    }
+    INFO("max |difference| " << worst << " of largest " << scale);
+    CHECK(worst <= rel * scale);
+  };
+
+  // 0: every row in one chunk, the unfused arithmetic exactly; 1 element: a row a chunk;
+  // 3 rows (ragged: 21 = 7 x 3); 8 rows (a ragged last chunk of 5).
+  for (const std::int64_t chunk : {std::int64_t{0}, std::int64_t{1}, std::int64_t{3 * V}, std::int64_t{8 * V}}) {
+    INFO("chunk_elements " << chunk);
+    auto fused = nn::make_linear_cross_entropy(D, V, 0, 1, chunk);
+    fused.weight.data_ptr = head.weight.data_ptr;
+    std::vector<float> grad(fused.weight.numel(), 0.0f);
+    fused.weight.grad_ptr = grad.data();
+    nn::linear_cross_entropy::cache<> c;
+    tensor<float> y, dx;
+    fused.forward(ctx, x, y, c);
+    fused.backward(ctx, dy, dx, c);
+    CHECK(c.logits.numel() == static_cast<std::size_t>(fused.chunk_rows(21) * V));
+    if (chunk == 0) {
+      // The same GEMMs and row functors on the same rows: the same bits.
+      CHECK(y[0] == y0[0]);
+      CHECK(std::equal(dx.span().begin(), dx.span().end(), dx0.span().begin()));
+      CHECK(std::equal(grad.begin(), grad.end(), dw0.begin()));
+    } else {
+      // Chunks change only the order the weight's gradient sums rows in (and the GEMMs'
+      // blocking): float rounding of sums of 21 terms, far inside 1e-5 of the largest.
+      CHECK_REL(y[0], y0[0], 1e-6);
+      close(dx.span(), dx0.span(), 1e-5);
+      close(grad, dw0, 1e-5);
+    }
+    // Ignored rows have no gradient.
+    for (std::int64_t j = 0; j < D; ++j) CHECK(dx[4 * D + j] == 0.0f);
+    // A second pass of the same shape allocates nothing, and accumulates into the grad.
+    const long before = g_heap_allocations.load();
+    fused.forward(ctx, x, y, c);
+    fused.backward(ctx, dy, dx, c);
+    CHECK(g_heap_allocations.load() == before);
+    std::vector<float> twice(dw0.size());
+    for (std::size_t i = 0; i < twice.size(); ++i) twice[i] = 2.0f * dw0[i];
+    close(grad, twice, 1e-5);
+
+    tensor<float> l;
+    fused.logits(ctx, x, l);
+    CHECK(l.shape() == logits.shape());
+    CHECK(std::equal(l.span().begin(), l.span().end(), logits.span().begin()));
+  }
+}
+
+TEST_CASE("linear_cross_entropy refuses what does not fit, naming it") {
+  std::mt19937 rng(72);
+  auto fused = nn::make_linear_cross_entropy(4, 10, 0, 1);
+  param_store store;
+  store.bind(fused.weight, rng);
+  fused.weight.name = "lm_head.weight";
+  nn::linear_cross_entropy::cache<> c;
+  tensor<float> y, dx;
+  context ctx;
+  const auto x = random_tensor(shape{2, 3, 4}, rng);
+  ctx.t = tensor_of(shape{2, 3}, {1, 2, 3, 10, 0, 0});
+  CHECK_CONTAINS(message_of<strata::error>([&] { fused.forward(ctx, x, y, c); }),
+                 "target 10 at row 3 is not a class id in [0, 10)");
+  ctx.t = random_classes(shape{6}, 10, rng);
+  CHECK_CONTAINS(message_of<strata::config_error>([&] { fused.forward(ctx, x, y, c); }),
+                 "targets have shape [6] for hidden states [2, 3, 4]");
+  ctx.t = random_classes(shape{2, 3}, 10, rng);
+  CHECK_CONTAINS(message_of<strata::config_error>([&] { fused.forward(ctx, random_tensor(shape{6, 5}, rng), y, c); }),
+                 "linear_cross_entropy lm_head: input has 5 features, weight expects 4");
+  CHECK_CONTAINS(message_of<strata::config_error>([&] { fused.backward(ctx, tensor_of(shape{1}, {1.0f}), dx, c); }),
+                 "backward called with a cache that no forward filled");
+  CHECK_CONTAINS(message_of<strata::config_error>([] { nn::make_linear_cross_entropy(4, 10, 0, 4); }),
+                 "linear_cross_entropy: 10 vocabulary entries do not divide over 4");
 }

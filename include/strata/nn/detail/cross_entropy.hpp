@@ -14,19 +14,23 @@ namespace strata::nn::detail {
 
 // What backward and the loss need of a forward, in the layer's space. Per row, the max m
 // and log(sum exp(x - m)) are kept apart: a float m + log(...) would round away the
-// softmax's precision when logits are large (ulp(1e4) ~ 1e-3). The logits are the
-// context's activations (Act); the per-row statistics stay float (double for the losses)
-// whatever they are.
-template <class Space, class Act = float>
-struct cross_entropy_cache {
-  const tensor<Act, Space>* logits = nullptr;  // the input, kept alive by the trainer until backward
-  tensor<float, Space> row_max;                // [rows]
-  tensor<float, Space> log_sum;                // [rows]: log(sum exp(x - max))
-  tensor<float, Space> target;                 // [rows]: a copy, so backward needs no ctx state
-  tensor<double, Space> row_loss;              // [rows]: summed in a fixed order for the mean
+// softmax's precision when logits are large (ulp(1e4) ~ 1e-3). The per-row statistics
+// stay float (double for the losses) whatever the activations are.
+template <class Space>
+struct cross_entropy_stats {
+  tensor<float, Space> row_max;    // [rows]
+  tensor<float, Space> log_sum;    // [rows]: log(sum exp(x - max))
+  tensor<float, Space> target;     // [rows]: a copy, so backward needs no ctx state
+  tensor<double, Space> row_loss;  // [rows]: summed in a fixed order for the mean
   // Where the targets are not readable by the host: [1], for the id check on the device.
   tensor<unsigned long long, Space> bad_row;
   double count = 0;  // what the forward's mean divided by (label_count), for backward
+};
+
+// The statistics and the logits (the context's activations, Act) they were taken of.
+template <class Space, class Act = float>
+struct cross_entropy_cache : cross_entropy_stats<Space> {
+  const tensor<Act, Space>* logits = nullptr;  // the input, kept alive by the trainer until backward
 };
 
 // The whole row in one pass: max, sum of exp(x - m) in double, and the row's loss

@@ -2,6 +2,7 @@
 // ranks of ctx.tp() (Megatron's vocab_parallel_cross_entropy), without gathering them.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "../../comm/reduce_op.hpp"
@@ -12,6 +13,63 @@
 #include "context.hpp"
 
 namespace strata::nn {
+
+namespace detail {
+
+// The last layer's targets (ctx.targets()) against an input of shape `input` ("logits" or
+// the hidden states of a fused head): one class id in [0, vocab) or ignore_label per row
+// of its leading shape. Every tensor rank has the same targets, so a bad one throws on all
+// of them: before any collective, or (deferred on a GPU) at the same point of the step.
+// Sizes the per-row statistics of the cache and copies nothing yet.
+template <targets_context Ctx, class Cache>
+void check_vocab_targets(Ctx& ctx, const char* kind, const shape& input, const char* input_name, std::int64_t vocab,
+                         Cache& c) {
+  const float_tensor_for<Ctx>& targets = ctx.targets();
+  const std::int64_t rows = rows_of(input);
+  expects<config_error>(static_cast<std::int64_t>(targets.numel()) == rows && targets.shape().rank + 1 == input.rank,
+                        [&] {
+                          return strata::cat(kind, ": targets have shape ", targets.shape(), " for ", input_name, " ",
+                                             input, "; expected one class id per row of the leading shape");
+                        });
+  check_ids(exec_of(ctx), id_checks_of(ctx), rows, vocab, targets.data(), c.bad_row, true,
+            [kind, vocab](float t, std::int64_t r) {
+              return strata::cat(kind, ": target ", t, " at row ", r, " is not a class id in [0, ", vocab,
+                                 ") nor ignore_label (", ignore_label, ")");
+            });
+  c.row_max.resize(vector_shape(rows));
+  c.log_sum.resize(vector_shape(rows));
+  c.target.resize(vector_shape(rows));
+  c.row_loss.resize(vector_shape(rows));
+}
+
+// The loss statistics of rows [r0, r0 + n) of the micro-batch, whose logits on this rank's
+// columns [lo, lo + classes) are `logits` ([n, classes]): the row maxima and the sums of
+// exponentials with the target logits, each all-reduced over ctx.tp() when dist, then each
+// row's log-sum and loss. sums is 2n doubles of scratch.
+template <targets_context Ctx, class Cache>
+void vocab_loss_rows(Ctx& ctx, bool dist, const activation_of<Ctx>* logits, std::int64_t r0, std::int64_t n,
+                     std::int64_t classes, std::int64_t lo, Cache& c, double* sums) {
+  using ops = ops_of<Ctx>;
+  const auto exec = exec_of(ctx);
+  float* row_max = c.row_max.data() + r0;
+  float* target = c.target.data() + r0;
+  ops::rows(exec, n, classes,
+            vocab_max_rows_fn<activation_of<Ctx>>{logits, ctx.targets().data() + r0, row_max, target, classes});
+  // Subtracting the global row max keeps every exp in (0, 1] on every rank.
+  if (dist) tp_all_reduce(ctx, std::span<float>(row_max, static_cast<std::size_t>(n)), reduce_op::max);
+  ops::rows(exec, n, classes, vocab_sum_rows_fn<activation_of<Ctx>>{logits, row_max, target, sums, n, classes, lo});
+  if (dist) tp_all_reduce(ctx, std::span<double>(sums, static_cast<std::size_t>(2 * n)));
+  ops::map(exec, n, vocab_finish_fn{row_max, sums, target, c.log_sum.data() + r0, c.row_loss.data() + r0, n});
+}
+
+// y [1] = the sum of the rows' losses over the label count (kept for backward).
+template <targets_context Ctx, class Cache>
+void finish_mean_loss(Ctx& ctx, std::int64_t rows, Cache& c, float_tensor_for<Ctx>& y) {
+  c.count = label_count(ctx, rows);
+  ops_of<Ctx>::mean(exec_of(ctx), rows, row_loss_term{c.row_loss.data()}, c.count, y.data());
+}
+
+}  // namespace detail
 
 // The logits are what a column_parallel_linear head without gather_output produces. The
 // loss is the mean over labels of log sum_j exp(x_j) - x_target (ignore_label rows add
@@ -41,46 +99,15 @@ struct vocab_parallel_cross_entropy {
   void forward(Ctx& ctx, const tensor_for<Ctx>& logits, float_tensor_for<Ctx>& y,
                cache<space_of<Ctx>, activation_of<Ctx>>& c) const {
     const bool dist = detail::tp_active(ctx, tp_size, kind, std::string());
-    const float_tensor_for<Ctx>& targets = ctx.targets();
     detail::require_distinct(&logits, &y, kind, std::string());
     const std::int64_t classes = local_vocab(), lo = vocab_begin();
     detail::require_features(logits, classes, kind, std::string(), "this rank's vocabulary slice");
-    const auto& s = logits.shape();
-    const std::int64_t rows = detail::rows_of(s);
-    expects<config_error>(static_cast<std::int64_t>(targets.numel()) == rows && targets.shape().rank + 1 == s.rank,
-                          [&] {
-                            return strata::cat(kind, ": targets have shape ", targets.shape(), " for logits ", s,
-                                               "; expected one class id per row of the leading shape");
-                          });
-    using ops = ops_of<Ctx>;
-    const auto exec = exec_of(ctx);
-    // Every tensor rank has the same targets, so a bad one throws on all of them: before
-    // any collective, or (deferred on a GPU) at the same point of the step.
-    detail::check_ids(exec, id_checks_of(ctx), rows, vocab, targets.data(), c.bad_row, true,
-                      [vocab = vocab](float t, std::int64_t r) {
-                        return strata::cat(kind, ": target ", t, " at row ", r, " is not a class id in [0, ", vocab,
-                                           ") nor ignore_label (", ignore_label, ")");
-                      });
-    c.row_max.resize(detail::vector_shape(rows));
-    c.log_sum.resize(detail::vector_shape(rows));
-    c.target.resize(detail::vector_shape(rows));
+    const std::int64_t rows = detail::rows_of(logits.shape());
+    detail::check_vocab_targets(ctx, kind, logits.shape(), "logits", vocab, c);
     c.sums.resize(detail::vector_shape(2 * rows));
-    c.row_loss.resize(detail::vector_shape(rows));
     y.resize(detail::vector_shape(1));
-    ops::rows(exec, rows, classes,
-              detail::vocab_max_rows_fn<activation_of<Ctx>>{logits.data(), targets.data(), c.row_max.data(),
-                                                            c.target.data(), classes});
-    // Subtracting the global row max keeps every exp in (0, 1] on every rank.
-    if (dist) detail::tp_all_reduce(ctx, c.row_max.span(), reduce_op::max);
-    ops::rows(exec, rows, classes,
-              detail::vocab_sum_rows_fn<activation_of<Ctx>>{logits.data(), c.row_max.data(), c.target.data(),
-                                                            c.sums.data(), rows, classes, lo});
-    if (dist) detail::tp_all_reduce(ctx, c.sums.span());
-    ops::map(exec, rows,
-             detail::vocab_finish_fn{c.row_max.data(), c.sums.data(), c.target.data(), c.log_sum.data(),
-                                     c.row_loss.data(), rows});
-    c.count = detail::label_count(ctx, rows);
-    ops::mean(exec, rows, detail::row_loss_term{c.row_loss.data()}, c.count, y.data());
+    detail::vocab_loss_rows(ctx, dist, logits.data(), 0, rows, classes, lo, c, c.sums.data());
+    detail::finish_mean_loss(ctx, rows, c, y);
     c.logits = &logits;
   }
 
