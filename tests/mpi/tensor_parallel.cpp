@@ -314,7 +314,7 @@ TEST_CASE("linear_cross_entropy split by vocabulary matches the whole head and l
       fused.backward(s.tp, dy, dx, c);
       INFO("loss " << y[0] << " vs " << y0[0]);
       CHECK(std::abs(y[0] - y0[0]) <= tol * std::abs(y0[0]));
-      check_close(dx, dx0, "dx");  // all-reduced: the whole input gradient on every rank
+      check_close(dx, dx0, "dx");      // all-reduced: the whole input gradient on every rank
       check_grad_slices(pp, {pf[0]});  // the head's weight (its bias is empty)
       tensor<float> part_logits;
       fused.logits(s.tp, x, part_logits);

@@ -109,10 +109,10 @@ struct linear_cross_entropy {
     for_each_chunk(rows, chunk_rows(rows), [&](std::int64_t r0, std::int64_t n) {
       chunk_logits(ctx, x, r0, n, dl);
       // In place: each element of the gradient reads only its own logit.
-      ops_of<Ctx>::rows(exec_of(ctx), n, classes,
-                        detail::softmax_grad_rows_fn<T>{dl, c.row_max.data() + r0, c.log_sum.data() + r0,
-                                                        c.target.data() + r0, dy.data(), dl,
-                                                        static_cast<float>(c.count), classes, vocab_begin()});
+      ops_of<Ctx>::rows(
+          exec_of(ctx), n, classes,
+          detail::softmax_grad_rows_fn<T>{dl, c.row_max.data() + r0, c.log_sum.data() + r0, c.target.data() + r0,
+                                          dy.data(), dl, static_cast<float>(c.count), classes, vocab_begin()});
       detail::linear_input_grad(ctx, dl, n, classes, weights_of<Ctx>(weight), in, dx.data() + r0 * in);
       detail::linear_param_grads(ctx, dl, x.data() + r0 * in, n, classes, in, weight.grad(), nullptr);
     });
@@ -144,8 +144,8 @@ struct linear_cross_entropy {
   template <class Ctx>
   void chunk_logits(Ctx& ctx, const tensor_for<Ctx>& x, std::int64_t r0, std::int64_t n,
                     activation_of<Ctx>* out) const {
-    detail::linear_forward(ctx, x.data() + r0 * in_features(), n, in_features(), weights_of<Ctx>(weight),
-                           local_vocab(), nullptr, out);
+    detail::linear_forward(ctx, x.data() + r0 * in_features(), n, in_features(), weights_of<Ctx>(weight), local_vocab(),
+                           nullptr, out);
   }
 
   void check_params() const {
@@ -160,19 +160,17 @@ struct linear_cross_entropy {
 // The head of `hidden` features over `vocab` ids, rank tp_rank's slice of tp_size, its
 // weight drawn like torch.nn.Linear's over the full [vocab, hidden] tensor (uniform in
 // +-1/sqrt(hidden)); chunk_elements as in linear_cross_entropy.
-inline linear_cross_entropy make_linear_cross_entropy(int hidden, int vocab, int tp_rank, int tp_size,
-                                                      std::int64_t chunk_elements =
-                                                          linear_cross_entropy::default_chunk_elements) {
-  expects<config_error>(hidden > 0, [&] {
-    return strata::cat("linear_cross_entropy: ", hidden, " hidden features (must be positive)");
-  });
+inline linear_cross_entropy make_linear_cross_entropy(
+    int hidden, int vocab, int tp_rank, int tp_size,
+    std::int64_t chunk_elements = linear_cross_entropy::default_chunk_elements) {
+  expects<config_error>(
+      hidden > 0, [&] { return strata::cat("linear_cross_entropy: ", hidden, " hidden features (must be positive)"); });
   expects<config_error>(vocab <= (1 << 24), [&] {
     return strata::cat("linear_cross_entropy: vocab ", vocab, " exceeds 2^24, above which float ids are not exact");
   });
   const auto s = make_tp_slice("linear_cross_entropy", vocab, "vocabulary entries", tp_rank, tp_size);
   linear_cross_entropy l;
-  l.weight =
-      param<float>(shape{s.per_rank, hidden}, init_spec::uniform(1.0f / std::sqrt(static_cast<float>(hidden))));
+  l.weight = param<float>(shape{s.per_rank, hidden}, init_spec::uniform(1.0f / std::sqrt(static_cast<float>(hidden))));
   l.weight.shard_of(shape{vocab, hidden}, 0, s.begin());
   l.vocab = vocab;
   l.chunk_elements = chunk_elements;
