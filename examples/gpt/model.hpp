@@ -99,13 +99,14 @@ struct block {
   }
 };
 
-// Fields in forward order; the last is the loss (one value: the micro-batch's mean).
+// Fields in forward order; the last is the head with the loss (one value: the micro-batch's mean).
 struct model {
   embedding_layer embed;
   std::vector<block> blocks;
   strata::nn::layer_norm ln_f;
-  strata::nn::column_parallel_linear head;  // [V/T, D], no bias: logits split by vocabulary
-  strata::nn::vocab_parallel_cross_entropy loss;
+  // [V/T, D], no bias: the logits split by vocabulary, made and consumed by the loss a
+  // chunk of tokens at a time (never whole).
+  strata::nn::linear_cross_entropy head;
 };
 
 // GPT-2's initialisation: N(0, 0.02) for matrices, N(0, 0.01) for positions, and the
@@ -135,9 +136,8 @@ inline model make_model(const config& cfg, int tp_rank = 0, int tp_size = 1) {
     m.blocks.push_back(std::move(b));
   }
   m.ln_f = sn::make_layer_norm(cfg.dim);
-  m.head = sn::make_column_parallel_linear(cfg.dim, cfg.vocab, tp_rank, tp_size, false, false);
+  m.head = sn::make_linear_cross_entropy(cfg.dim, cfg.vocab, tp_rank, tp_size);
   m.head.weight.init = normal;
-  m.loss = sn::make_vocab_parallel_cross_entropy(cfg.vocab, tp_rank, tp_size);
   return m;
 }
 

@@ -18,7 +18,7 @@
 namespace qwen2 {
 
 // The bytes the layers [first, end) of the model (embedding 0, decoder layers 1..L, norm
-// L + 1, head L + 2, loss L + 3) hold over a step: per schedule slot in use, each layer's
+// L + 1, the head with its loss L + 2) hold over a step: per schedule slot in use, each layer's
 // output and cache (what its backward reads and the gradients it makes inside); once, the
 // gradients between layers and the last stage's targets. rows is a micro-batch's. With
 // recompute a decoder layer keeps its output only, and one scratch cache (with the output
@@ -66,18 +66,19 @@ inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::
     } else if (l == L + 1) {  // final norm
       per_slot += N * D * act + N * f;
       shared += N * D * act;
-    } else if (l == L + 2) {  // head: logits
-      per_slot += N * V * act;
-      shared += N * D * act;
-    } else {  // loss: its value, row max, log-sum, target (f32); row loss, two sums (f64)
-      per_slot += (1 + 3 * N) * f + 3 * N * f64;
-      shared += N * V * act + (N + 1) * f;  // dlogits; the targets; the loss's seed
+    } else {  // the head with its loss: one chunk's logits (their gradient in place), the
+              // value, row max, log-sum, target (f32); row loss (f64), a chunk's two sums (f64)
+      const std::size_t C =
+          static_cast<std::size_t>(strata::nn::make_linear_cross_entropy(c.hidden_size, c.vocab_size, 0, tp)
+                                       .chunk_rows(static_cast<std::int64_t>(N)));
+      per_slot += C * V * act + (1 + 3 * N) * f + (N + 2 * C) * f64;
+      shared += N * D * act + (N + 1) * f;  // dx; the targets; the loss's seed
     }
   }
   // The stage's input: ids on the first stage, the previous stage's output elsewhere; the
   // gradient a later stage sends back.
   per_slot += first == 0 ? N * f : N * D * act;
-  if (end != L + 4) shared += N * D * act;
+  if (end != L + 3) shared += N * D * act;
   return per_slot * slots + shared + scratch;
 }
 

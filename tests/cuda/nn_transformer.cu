@@ -454,6 +454,38 @@ TEST_CASE("vocab_parallel_cross_entropy at tp = 1: loss, caches and gradient mat
   }
 }
 
+TEST_CASE("linear_cross_entropy at tp = 1, whole and in chunks: loss and gradients match the host's") {
+  // 37 rows: one chunk, chunks of 8 rows (a ragged last one of 5), and rows one by one.
+  for (const std::int64_t chunk_rows : {0, 8, 1}) {
+    INFO("chunk rows " << chunk_rows);
+    std::mt19937 rng(73);
+    const std::int64_t B = 1, S = 37, rows = B * S, D = 48, vocab = 1000;
+    const auto x = random_values(rows * D, rng, -2.0f, 2.0f);
+    auto t = random_ids(rows, vocab, rng);
+    t[5] = static_cast<float>(strata::ignore_label);
+    const std::vector<float> dy = {0.75f};
+    sp::linear_cross_entropy h = sp::make_linear_cross_entropy(D, vocab, 0, 1, chunk_rows * vocab), dl = h;
+    param_pair_store store;
+    store.bind_all(h, dl, rng, 0.2f, true);
+    host_ctx hctx;
+    device_env denv;
+    pair_run<sp::linear_cross_entropy> r;
+    r.ht = host_of({B, S}, t);
+    r.dt = device_of({B, S}, t);
+    hctx.set_targets(&r.ht);
+    denv.ctx.set_targets(&r.dt);
+    r.run(h, h, dl, dl, hctx, denv, shape{B, S, D}, x, dy);
+    // The logits are single GEMMs (K = 48) in both spaces, the statistics as in the
+    // vocab_parallel_cross_entropy test; then dx and weight.grad are single GEMMs of the
+    // logits' gradient: the single-GEMM tolerance of check_normwise.
+    require_close("loss", 0, read(r.dy_out)[0], r.hy[0], 1e-5 * std::abs(r.hy[0]));
+    check_normwise(read(r.ddx), values_of(r.hdx), 1e-5, "linear_cross_entropy dx");
+    check_normwise(grads_of(dl.weight), host_grads(h.weight), 1e-5, "linear_cross_entropy weight.grad");
+    // The device keeps one chunk of logits, not all of them.
+    CHECK(r.dc.logits.numel() == static_cast<std::size_t>(h.chunk_rows(rows) * vocab));
+  }
+}
+
 TEST_CASE("vocab_parallel_cross_entropy: a bad target throws the host's error before any collective") {
   std::mt19937 rng(71);
   const std::int64_t rows = 40, vocab = 9;

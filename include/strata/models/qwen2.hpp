@@ -16,8 +16,7 @@
 #include "../nn/residual.hpp"
 #include "../nn/rms_norm.hpp"
 #include "../nn/swiglu.hpp"
-#include "../nn/tp/column_parallel_linear.hpp"
-#include "../nn/tp/vocab_parallel_cross_entropy.hpp"
+#include "../nn/tp/linear_cross_entropy.hpp"
 #include "../nn/tp/vocab_parallel_embedding.hpp"
 
 namespace strata::models {
@@ -261,18 +260,18 @@ struct qwen2_decoder_layer {
   }
 };
 
-// Qwen2ForCausalLM: token embedding, decoder layers, final norm, the vocabulary head and
-// the causal-LM loss, split over tensor-parallel ranks as Megatron splits it (vocabulary
-// rows, heads, MLP columns). Field names are transformers' ("layers.3.self_attn.q_proj.weight"
-// is its "model.layers.3.self_attn.q_proj.weight"; see qwen2_hf_name). With tied
+// Qwen2ForCausalLM: token embedding, decoder layers, final norm, and the vocabulary head
+// with the causal-LM loss in one layer (over chunks of tokens: the [tokens, vocabulary]
+// logits are never whole; lm_head.logits() makes them where they are wanted), split over
+// tensor-parallel ranks as Megatron splits it (vocabulary rows, heads, MLP columns). Field names are transformers'
+// ("layers.3.self_attn.q_proj.weight" is its "model.layers.3.self_attn.q_proj.weight"; see qwen2_hf_name). With tied
 // embeddings lm_head.weight is declared tied to embed_tokens.weight: it starts from, and
 // is stepped as, the same tensor.
 struct qwen2 {
   nn::vocab_parallel_embedding embed_tokens;  // [V/T, D]
   std::vector<qwen2_decoder_layer> layers;
   nn::rms_norm norm;
-  nn::column_parallel_linear lm_head;  // [V/T, D], no bias: logits split by vocabulary
-  nn::vocab_parallel_cross_entropy loss;
+  nn::linear_cross_entropy lm_head;  // [V/T, D], no bias: logits split by vocabulary
 };
 
 // transformers' initialisation: N(0, initializer_range) for matrices and embeddings,
@@ -298,10 +297,9 @@ inline qwen2 make_qwen2(const qwen2_config& cfg, int tp_rank = 0, int tp_size = 
     m.layers.push_back(std::move(d));
   }
   m.norm = nn::make_rms_norm(cfg.hidden_size, eps);
-  m.lm_head = nn::make_column_parallel_linear(cfg.hidden_size, cfg.vocab_size, tp_rank, tp_size, false);
+  m.lm_head = nn::make_linear_cross_entropy(cfg.hidden_size, cfg.vocab_size, tp_rank, tp_size);
   m.lm_head.weight.init = normal;
   if (cfg.tie_word_embeddings) m.lm_head.weight.tied_to = "embed_tokens.weight";
-  m.loss = nn::make_vocab_parallel_cross_entropy(cfg.vocab_size, tp_rank, tp_size);
   return m;
 }
 
