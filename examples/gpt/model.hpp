@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <strata/core/random.hpp>
+#include <strata/core/trace.hpp>
 #include <strata/model/concepts.hpp>
 #include <strata/nn/attention.hpp>
 #include <strata/nn/gelu.hpp>
@@ -76,9 +77,14 @@ struct block {
   template <class Ctx>
   void forward(Ctx& ctx, const strata::tensor_for<Ctx>& x, strata::tensor_for<Ctx>& y,
                cache<strata::space_of<Ctx>, strata::activation_of<Ctx>>& c) const {
-    ln1.forward(ctx, x, c.h1, c.ln1);
-    attn.forward(ctx, c.h1, c.x1, c.attn);
-    strata::nn::add_into(ctx, c.x1, x);
+    {
+      // Each branch its own trace scope, so a step's profile splits attention from the MLP.
+      strata::trace_scope part(strata::trace_track::compute, "attn forward");
+      ln1.forward(ctx, x, c.h1, c.ln1);
+      attn.forward(ctx, c.h1, c.x1, c.attn);
+      strata::nn::add_into(ctx, c.x1, x);
+    }
+    strata::trace_scope part(strata::trace_track::compute, "mlp forward");
     ln2.forward(ctx, c.x1, c.h2, c.ln2);
     fc1.forward(ctx, c.h2, c.u, c.fc1);
     act.forward(ctx, c.u, c.g, c.act);
@@ -88,11 +94,15 @@ struct block {
   template <class Ctx>
   void backward(Ctx& ctx, const strata::tensor_for<Ctx>& dy, strata::tensor_for<Ctx>& dx,
                 cache<strata::space_of<Ctx>, strata::activation_of<Ctx>>& c) {
-    fc2.backward(ctx, dy, c.dg, c.fc2);
-    act.backward(ctx, c.dg, c.du, c.act);
-    fc1.backward(ctx, c.du, c.dh2, c.fc1);
-    ln2.backward(ctx, c.dh2, c.dx1, c.ln2);
-    strata::nn::add_into(ctx, c.dx1, dy);
+    {
+      strata::trace_scope part(strata::trace_track::compute, "mlp backward");
+      fc2.backward(ctx, dy, c.dg, c.fc2);
+      act.backward(ctx, c.dg, c.du, c.act);
+      fc1.backward(ctx, c.du, c.dh2, c.fc1);
+      ln2.backward(ctx, c.dh2, c.dx1, c.ln2);
+      strata::nn::add_into(ctx, c.dx1, dy);
+    }
+    strata::trace_scope part(strata::trace_track::compute, "attn backward");
     attn.backward(ctx, c.dx1, c.dh1, c.attn);
     ln1.backward(ctx, c.dh1, dx, c.ln1);
     strata::nn::add_into(ctx, dx, c.dx1);

@@ -6,6 +6,7 @@
 // with data-parallel ranks, the reduce-scatters and all-gathers ZeRO-2 makes.
 #include <string>
 
+#include "../support/small_models.hpp"
 #include "catch.hpp"
 #include "mlp_run.hpp"
 
@@ -60,4 +61,26 @@ TEST_CASE("a profiled step: its parts, adding up to the step, and the same weigh
     }
   }
   CHECK(weights_hash(tr.gather_master()) == plain.hash);
+}
+
+TEST_CASE("a profiled Qwen2 step splits each decoder layer into attention and MLP, the head with its loss") {
+  grid g(environment().world());
+  trainer_options o;
+  o.profile = true;
+  trainer<models::qwen2, host, replicated, adamw, fp32> tr(g, models::make_qwen2(test::small_qwen2_config()), o);
+  const std::int64_t rows = 2, seq = 16;
+  batch<> b{tensor<float>(shape{rows, seq}), tensor<float>(shape{rows, seq})};
+  for (std::int64_t i = 0; i < rows * seq; ++i) {
+    b.inputs[i] = static_cast<float>((7 * i + 3) % 48);
+    b.targets[i] = static_cast<float>((7 * i + 10) % 48);
+  }
+  tr.step(b);
+  const step_profile& p = tr.last_profile();
+  INFO(profile_table(p));
+  for (const char* name : {"attn forward", "mlp forward", "attn backward", "mlp backward", "lm_head forward",
+                           "lm_head backward", "embed_tokens forward", "optimizer"})
+    CHECK(has(p.parts, name));
+  double sum = 0;
+  for (const auto& part : p.parts) sum += part.seconds;
+  CHECK(sum == Approx(p.timeline_seconds).epsilon(1e-12));
 }

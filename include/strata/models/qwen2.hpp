@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../core/error.hpp"
+#include "../core/trace.hpp"
 #include "../io/detail/json_reader.hpp"
 #include "../model/param.hpp"
 #include "../nn/grouped_query_attention.hpp"
@@ -242,18 +243,27 @@ struct qwen2_decoder_layer {
   template <class Ctx>
   void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y,
                cache<space_of<Ctx>, activation_of<Ctx>>& c) const {
-    input_layernorm.forward(ctx, x, c.n1, c.input_layernorm);
-    self_attn.forward(ctx, c.n1, c.h, c.self_attn);
-    nn::add_into(ctx, c.h, x);
+    {
+      // Each branch its own trace scope, so a step's profile splits attention from the MLP.
+      trace_scope part(trace_track::compute, "attn forward");
+      input_layernorm.forward(ctx, x, c.n1, c.input_layernorm);
+      self_attn.forward(ctx, c.n1, c.h, c.self_attn);
+      nn::add_into(ctx, c.h, x);
+    }
+    trace_scope part(trace_track::compute, "mlp forward");
     post_attention_layernorm.forward(ctx, c.h, c.n2, c.post_attention_layernorm);
     mlp.forward(ctx, c.n2, y, c.mlp);
     nn::add_into(ctx, y, c.h);
   }
   template <class Ctx>
   void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>, activation_of<Ctx>>& c) {
-    mlp.backward(ctx, dy, c.dn2, c.mlp);
-    post_attention_layernorm.backward(ctx, c.dn2, c.dh, c.post_attention_layernorm);
-    nn::add_into(ctx, c.dh, dy);
+    {
+      trace_scope part(trace_track::compute, "mlp backward");
+      mlp.backward(ctx, dy, c.dn2, c.mlp);
+      post_attention_layernorm.backward(ctx, c.dn2, c.dh, c.post_attention_layernorm);
+      nn::add_into(ctx, c.dh, dy);
+    }
+    trace_scope part(trace_track::compute, "attn backward");
     self_attn.backward(ctx, c.dh, c.dn1, c.self_attn);
     input_layernorm.backward(ctx, c.dn1, dx, c.input_layernorm);
     nn::add_into(ctx, dx, c.dh);
