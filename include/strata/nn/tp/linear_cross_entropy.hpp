@@ -38,7 +38,7 @@ struct linear_cross_entropy {
   // A trainer counts this loss's labels (see detail::label_count).
   static constexpr bool counts_labels = true;
   // Chunks hold at most this many logits (rows x this rank's vocabulary), in whole rows:
-  // 2^26 is 128 MiB of 16-bit logits, 441 rows of Qwen2's 151,936 ids, rows enough that
+  // 2^26 is 128 MiB of 16-bit logits, 440 rows of Qwen2's 151,936 ids, rows enough that
   // the GEMMs stay efficient. 0 means every row in one chunk (the unfused layers' memory).
   static constexpr std::int64_t default_chunk_elements = std::int64_t{1} << 26;
 
