@@ -200,15 +200,18 @@ class engine<cuda> {
     return sq;
   }
 
-  // The whole shard in one launch: the runs (with their decay flags) go to the device once.
-  void prepare_step(std::span<const update_run> runs, std::size_t shard_n) {
+  // A group of runs in one launch: its runs (with their decay flags) go to the device once
+  // (groups as engine<host> says: 0 the shard, else one bucket of a ZeRO-0 step).
+  void prepare_step(std::span<const update_run> runs, std::size_t n, std::size_t group = 0) {
     std::vector<decay_run> d;
     for (const auto& r : runs) d.push_back({r.begin, r.end - r.begin, r.decay});
-    table_ = cuda_run_table(d, shard_n);
+    if (tables_.size() <= group) tables_.resize(group + 1);
+    tables_[group] = cuda_run_table(d, n);
   }
   template <class Optimizer>
-  void step(const Optimizer& opt, const shard_args<float, float>& a, float lr, float grad_scale, long step) {
-    step_runs_cuda(opt, a, table_, lr, grad_scale, step, stream());
+  void step(const Optimizer& opt, const shard_args<float, float>& a, float lr, float grad_scale, long step,
+            std::size_t group = 0) {
+    step_runs_cuda(opt, a, tables_.at(group), lr, grad_scale, step, stream());
   }
 
   // Host <-> device after the stream's work; both return when the data has landed, and
@@ -235,7 +238,7 @@ class engine<cuda> {
   gemm_operands gemm_ = gemm_operands::fp32;
   deferred_id_checks<cuda> id_checks_;
   kernels::cuda_reducer<float> reducer_;
-  cuda_run_table table_;
+  std::vector<cuda_run_table> tables_;
   buffer<double, cuda> partials_;
   buffer<double, pinned> partials_host_;
   cuda_marks marks_{stream_.get()};

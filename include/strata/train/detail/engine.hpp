@@ -8,6 +8,7 @@
 #include <span>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "../../comm/environment.hpp"
 #include "../../kernels/reduce.hpp"
@@ -77,13 +78,17 @@ class engine<host> {
     return sq;
   }
 
-  // The optimizer step over the shard's runs (each with its decay flag).
-  void prepare_step(std::span<const update_run> runs, std::size_t /*shard elements*/) {
-    runs_.assign(runs.begin(), runs.end());
+  // The optimizer step over prepared groups of runs (each run with its decay flag): group
+  // 0 is the shard's runs; ZeRO-0 over several ranks also steps a bucket at a time, one
+  // group per bucket with runs relative to it (train/detail/shard_update.hpp).
+  void prepare_step(std::span<const update_run> runs, std::size_t /*elements*/, std::size_t group = 0) {
+    if (groups_.size() <= group) groups_.resize(group + 1);
+    groups_[group].assign(runs.begin(), runs.end());
   }
   template <class Optimizer>
-  void step(const Optimizer& opt, const shard_args<float, float>& a, float lr, float grad_scale, long step) {
-    for (const auto& r : runs_) step_run(opt, a, r, lr, grad_scale, step);
+  void step(const Optimizer& opt, const shard_args<float, float>& a, float lr, float grad_scale, long step,
+            std::size_t group = 0) {
+    for (const auto& r : groups_.at(group)) step_run(opt, a, r, lr, grad_scale, step);
   }
   template <class Optimizer>
   void step_run(const Optimizer& opt, const shard_args<float, float>& a, const update_run& r, float lr,
@@ -95,7 +100,7 @@ class engine<host> {
   void upload(float* dst, const float* host_src, std::size_t n) { std::copy_n(host_src, n, dst); }
 
  private:
-  std::vector<update_run> runs_;
+  std::vector<std::vector<update_run>> groups_;
   host_marks marks_;
 };
 

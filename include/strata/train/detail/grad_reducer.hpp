@@ -1,7 +1,10 @@
 // The gradient buckets of a backward pass: a bucket's grads are zeroed before its last
-// layer's backward, reduce-scattered asynchronously after its first layer's, and the
-// reduced piece is added into the fp32 grad shard when its slot is needed again or the
-// micro-batch ends. Every stage runs these same calls, hence the same bits (DESIGN §4).
+// layer's backward in one of two rotating slots, reduce-scattered asynchronously after
+// its first layer's, and the reduced piece is added into the fp32 grad shard when its slot
+// is needed again or the micro-batch ends. Every stage runs these same calls, hence the
+// same bits (DESIGN §4), and none keeps a full-model gradient buffer: the shard is where
+// gradients accumulate, so a slot's grads are dead once reduced (docs/architecture.md,
+// "Gradients in two slots").
 #pragma once
 #include <cstddef>
 #include <span>
@@ -15,7 +18,6 @@ namespace strata::detail {
 
 template <class Types>
 class grad_reducer {
-  static constexpr int stage = Types::stage;
   using compute_t = typename Types::compute_t;
 
  public:
@@ -23,26 +25,16 @@ class grad_reducer {
                const stage_params& params)
       : plan_(plan), state_(state), dev_(dev), params_(params) {}
 
-  // Stages 0-1 keep one full grad buffer: its layers' grads are bound once.
-  void bind_static() {
-    if constexpr (stage < 2)
-      for (std::size_t l = params_.first_layer; l < params_.end_layer; ++l)
-        params_.for_each_in_layer(l, [&](param<float>& p, std::size_t off) { p.grad_ptr = state_.grads.data() + off; });
-  }
-
-  // Before bucket b's layers run backward: zeroes its gradient slot (stages 2-3 also bind
-  // the layers' grads to it). `first_backward`: its piece replaces the grad shard's.
+  // Before bucket b's layers run backward: zeroes its gradient slot and binds the layers'
+  // grads to it. `first_backward`: its piece replaces the grad shard's.
   void begin(std::size_t b, bool first_backward) {
     const int slot = static_cast<int>(b % 2);
     finish(slot);  // the slot's previous bucket must be reduced before reuse
     const auto& bk = plan_.buckets()[b];
     float* region = grad_region(b);
     dev_.eng->fill(region, bk.size, 0.0f);
-    if constexpr (stage >= 2) {
-      for (std::size_t l = bk.first_layer; l < bk.end_layer; ++l)
-        params_.for_each_in_layer(l,
-                                  [&](param<float>& p, std::size_t off) { p.grad_ptr = region + (off - bk.offset); });
-    }
+    for (std::size_t l = bk.first_layer; l < bk.end_layer; ++l)
+      params_.for_each_in_layer(l, [&](param<float>& p, std::size_t off) { p.grad_ptr = region + (off - bk.offset); });
     pending_[slot].bucket = b;
     pending_[slot].first = first_backward;
   }
@@ -85,14 +77,8 @@ class grad_reducer {
   }
 
  private:
-  // Gradient slot of bucket b: a region of the full grad buffer (stages 0-1) or one of
-  // two rotating bucket buffers (stages 2-3).
-  float* grad_region(std::size_t b) {
-    if constexpr (stage < 2)
-      return state_.grads.data() + plan_.buckets()[b].offset;
-    else
-      return state_.grads.data() + plan_.slot_offset(b);
-  }
+  // Gradient slot of bucket b: one of two rotating bucket buffers.
+  float* grad_region(std::size_t b) { return state_.grads.data() + plan_.slot_offset(b); }
 
   struct pending_reduce {
     request req;

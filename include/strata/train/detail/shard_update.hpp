@@ -2,8 +2,10 @@
 // master rounded to the compute precision, gathered again where other ranks updated them.
 // Offloaded state steps on the host run by run while each run's params go back.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <span>
+#include <vector>
 
 #include "../../optim/shard.hpp"
 #include "../../parallel/bucket_plan.hpp"
@@ -31,29 +33,48 @@ class shard_update {
                param_gathers<Types>& gathers)
       : opt_(opt), plan_(plan), state_(state), dev_(dev), gathers_(gathers) {}
 
+  // After the state is allocated: ZeRO-0 over several ranks steps a bucket at a time,
+  // each bucket's runs a step group of the engine's (numbered from 1), relative to it.
+  void prepare() {
+    if (!by_bucket()) return;
+    for (std::size_t b = 0; b < plan_.buckets().size(); ++b) {
+      const auto& bk = plan_.buckets()[b];
+      std::vector<update_run> runs;
+      for (const auto& r : state_.runs) {
+        const std::size_t s = std::max(r.begin, bk.offset), e = std::min(r.end, bk.offset + bk.size);
+        if (s < e) runs.push_back({s - bk.offset, e - bk.offset, s - bk.offset, r.decay});
+      }
+      dev_.eng->prepare_step(runs, bk.size, b + 1);
+    }
+  }
+
   // Steps master and moments with the reduced grad shard (scaled by grad_scale), then
   // refreshes the params and zeroes the grad shard for the next step.
   void apply(float lr, float grad_scale, long opt_step) {
-    float* grads = state_.grad_shard.data();
-    if constexpr (stage == 0) {
-      // Replicated: all-gather the reduced shards, then every rank updates everything.
-      for (const auto& bk : plan_.buckets()) {
-        if (bk.size == 0) continue;
-        dev_.dp->all_gather(std::span<const float>(state_.grad_shard.data() + bk.shard_offset, bk.piece),
-                            std::span<float>(state_.grads.data() + bk.offset, bk.size));
-      }
-      grads = state_.grads.data();
-    }
     shard_args<float, float> a{};
     a.master = state_.master.data();
-    a.grad = grads;
+    a.grad = state_.grad_shard.data();
     a.state0 = Optimizer::state_slots > 0 ? state_.state0.data() : nullptr;
     a.state1 = Optimizer::state_slots > 1 ? state_.state1.data() : nullptr;
     a.n = state_.master.size();
-    if constexpr (Types::split) {
+    if (by_bucket()) {
+      // Replicated over ranks: each bucket's reduced pieces are all-gathered into a
+      // gradient slot (free once backward is over), then every rank steps the bucket.
+      for (std::size_t b = 0; b < plan_.buckets().size(); ++b) {
+        const auto& bk = plan_.buckets()[b];
+        if (bk.size == 0) continue;
+        float* slot = state_.grads.data() + plan_.slot_offset(b);
+        dev_.dp->all_gather(std::span<const float>(state_.grad_shard.data() + bk.shard_offset, bk.piece),
+                            std::span<float>(slot, bk.size));
+        shard_args<float, float> ab = a.slice(bk.offset, bk.size);
+        ab.grad = slot;
+        dev_.eng->step(opt_, ab, lr, grad_scale, opt_step, b + 1);
+      }
+      refresh_params_from_master();
+    } else if constexpr (Types::split) {
       // Offloaded: the grad shard comes to the host, the host steps run by run, and each
       // run's new params go back to the device while the host steps the next one.
-      dev_.eng->download(state_.host_grads.data(), grads, a.n);
+      dev_.eng->download(state_.host_grads.data(), a.grad, a.n);
       a.grad = state_.host_grads.data();
       for (const auto& r : state_.runs) {
         dev_.host_eng.step_run(opt_, a, r, lr, grad_scale, opt_step);
@@ -71,6 +92,10 @@ class shard_update {
   void refresh_params_from_master() { refresh_compute_params<Types>(state_, dev_, gathers_); }
 
  private:
+  // ZeRO-0 keeps the whole master: with several ranks its gradient is gathered a bucket
+  // at a time (one rank's shard is already the whole gradient).
+  bool by_bucket() const noexcept { return stage == 0 && plan_.ranks() > 1; }
+
   Optimizer opt_;
   const bucket_plan& plan_;
   typename Types::state_t& state_;

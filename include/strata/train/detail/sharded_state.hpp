@@ -47,7 +47,7 @@ struct state_sizes {
     n.params = params_off ? 0 : stage < 3 ? total : shard;
     n.host_param_shard = params_off ? shard : 0;
     n.live = stage == 3 ? two_buckets : 0;  // ZeRO-3's gathered buckets, two in flight
-    n.grads = stage < 2 ? total : two_buckets;
+    n.grads = two_buckets;  // backward's two rotating slots, at every stage
     n.grad_shard = shard;
     n.wire = mixed ? two_buckets : 0;
     n.wire_out = mixed ? two_pieces : 0;

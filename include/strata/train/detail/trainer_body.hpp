@@ -92,11 +92,11 @@ class trainer_body {
                     opts_.offload_params && !types::on_host);
     dev_.eng->prepare_step(state_.runs, state_.master.size());
     dev_.host_eng.prepare_step(state_.runs, state_.master.size());
+    update_.prepare();
     driver_.allocate_losses();
     params_.collect(table_, layout_, plan_);
     tied_.setup(opts_.pipeline_cuts);
     gathers_.bind_static();
-    reduce_.bind_static();
     weights_.initialise(opts_.seed);
     gathers_.reserve();
     driver_.start();
