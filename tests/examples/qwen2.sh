@@ -51,6 +51,12 @@ common=("${data[@]}" --seq 64 --batch 8 --lr 3e-3 --warmup 5 --shuffle 5 --quiet
 "$mpiexec" -n 4 "$qwen2" "${common[@]}" --zero 3 --steps 3 --save "$work/ckpt"
 "$mpiexec" -n 4 "$qwen2" "${common[@]}" --zero 3 --steps 6 --load "$work/ckpt" --report "$work/resumed.json"
 "$mpiexec" -n 4 "$qwen2" "${common[@]}" --zero 1 --steps 6 --load "$work/ckpt" --report "$work/resharded.json"
+# The tied head: at one stage it shares the embedding's piece of the shard, across two stages
+# it is a copy of its own; a checkpoint of either loads at the other.
+"$mpiexec" -n 4 "$qwen2" "${common[@]}" --pp 2 --zero 1 --steps 6 --load "$work/ckpt" --report "$work/to_pp.json"
+"$mpiexec" -n 4 "$qwen2" "${common[@]}" --pp 2 --zero 1 --steps 6 --report "$work/pp_straight.json"
+"$mpiexec" -n 4 "$qwen2" "${common[@]}" --pp 2 --zero 1 --steps 3 --save "$work/ckpt_pp"
+"$mpiexec" -n 4 "$qwen2" "${common[@]}" --zero 3 --steps 6 --load "$work/ckpt_pp" --report "$work/from_pp.json"
 
 # Hugging Face's DeepSpeed templates as they are: every "auto" filled from the options.
 for t in hf_zero2_auto hf_zero3_auto; do
@@ -131,6 +137,11 @@ assert resumed["weights_hash"] == straight["weights_hash"], (resumed["weights_ha
 assert resumed["losses"] == straight["losses"][3:], (resumed["losses"], straight["losses"])
 assert resharded["weights_hash"] == straight["weights_hash"], "a ZeRO-3 checkpoint resumed at ZeRO-1"
 print("resume: bitwise the uninterrupted run, at ZeRO-3 and resharded to ZeRO-1")
+# The same weights at another layout: the losses differ at most by the order of their sums.
+for name, ref in (("to_pp", straight), ("from_pp", json.load(open(os.path.join(work, "pp_straight.json"))))):
+    got = json.load(open(os.path.join(work, f"{name}.json")))["losses"]
+    assert abs(got[0] - ref["losses"][3]) <= 1e-5 * ref["losses"][3], (name, got, ref["losses"])
+print("tied head: a shared-piece checkpoint loads across pipeline stages, and back")
 
 # The export through the safetensors package: every tensor of the config, transformers' names.
 from safetensors.numpy import load_file

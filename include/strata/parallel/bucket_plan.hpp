@@ -24,7 +24,13 @@ struct bucket {
   std::size_t size = 0;                        // padded: a multiple of ranks * piece_alignment
   std::size_t piece = 0;                       // size / ranks: what each rank owns
   std::size_t shard_offset = 0;                // where this bucket's piece starts in a rank's shard
+  // A tied pair on one stage (an LM head tied to the embedding): the partner's index, and
+  // on the copy's bucket `shares_piece`: its piece of the shard is the source's (one
+  // master, one set of moments, one gradient shard for the one tensor).
+  std::size_t tied_partner = npos;
+  bool shares_piece = false;
 
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
   std::size_t piece_begin(int rank) const { return offset + static_cast<std::size_t>(rank) * piece; }
 };
 
@@ -88,6 +94,7 @@ class bucket_plan {
     }
     total_ = offset;
     shard_size_ = shard;
+    share_tied_pieces(layout, layer_begin, layer_end);
     for (const auto& p : layout.params())
       if (p.layer_index >= layer_begin && p.layer_index < layer_end)
         params_.push_back({to_padded(p.offset), p.numel, p.decay});
@@ -121,10 +128,12 @@ class bucket_plan {
   }
 
   // Decay runs over a rank's shard (shard coordinates). Padding joins a neighbouring
-  // run: it is zero and stays zero under every update, whatever its decay flag.
+  // run: it is zero and stays zero under every update, whatever its decay flag. A
+  // bucket that shares its partner's piece adds none.
   std::vector<decay_run> shard_runs(int rank) const {
     std::vector<decay_run> runs;
     for (const auto& b : buckets_) {
+      if (b.shares_piece) continue;
       const std::size_t lo = b.piece_begin(rank), hi = lo + b.piece;
       append_runs(lo, hi, b.shard_offset, runs);
     }
@@ -148,6 +157,40 @@ class bucket_plan {
         if (q.name == p.tied_to) alone[q.layer_index] = true;
     }
     return alone;
+  }
+
+  // Where both params of a tie are on this stage, the copy's bucket takes the source's
+  // shard piece (both are buckets alone of one padded size, so the pieces line up), and
+  // the buckets after it move down by its piece. find_ties (train/detail/tied_params.hpp)
+  // checks the pair and says what is wrong; a pair it would refuse is not shared here.
+  void share_tied_pieces(const flat_layout& layout, std::size_t layer_begin, std::size_t layer_end) {
+    const auto& ps = layout.params();
+    const auto inside = [&](std::size_t layer) { return layer >= layer_begin && layer < layer_end; };
+    bool any = false;
+    for (const auto& p : ps) {
+      if (p.tied_to.empty() || !inside(p.layer_index)) continue;
+      for (const auto& q : ps) {
+        if (q.name != p.tied_to || !inside(q.layer_index) || !q.tied_to.empty() || q.numel != p.numel) continue;
+        const std::size_t c = layer_bucket_[p.layer_index], s = layer_bucket_[q.layer_index];
+        if (c == s || buckets_[c].size != buckets_[s].size || buckets_[c].shares_piece ||
+            buckets_[s].tied_partner != bucket::npos)
+          continue;
+        buckets_[c].tied_partner = s;
+        buckets_[s].tied_partner = c;
+        buckets_[c].shares_piece = true;
+        any = true;
+      }
+    }
+    if (!any) return;
+    std::size_t shard = 0;
+    for (auto& b : buckets_) {
+      if (b.shares_piece) continue;
+      b.shard_offset = shard;
+      shard += b.piece;
+    }
+    for (auto& b : buckets_)
+      if (b.shares_piece) b.shard_offset = buckets_[b.tied_partner].shard_offset;
+    shard_size_ = shard;
   }
 
   struct padded_param {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "catch.hpp"
@@ -315,5 +316,56 @@ TEST_CASE("bucket plan: random layouts follow every rule") {
     std::uniform_int_distribution<std::size_t> last(begin + 1, L);
     const std::size_t end = trial % 3 == 0 ? last(gen) : L;
     check_plan(layout, rank_counts[trial % 6], bucket_sizes[(trial / 6) % 6], begin, end);
+  }
+}
+
+// A tied LM head (docs/architecture.md, "Tied params"): where the copy and its source are
+// planned together, the copy's bucket takes the source's piece of the shard, so the one
+// tensor has one master, one set of moments and one gradient shard; the copy adds no runs.
+// A stage without the source plans the copy as its own.
+TEST_CASE("bucket plan: a tied copy on the source's stage shares its piece of the shard") {
+  model m = make_model({{64, 0}, {48, 16}, {32, 0}, {64, 0}});
+  const flat_layout names = flat_layout::of(m, 16);
+  m.layers[3].weight.tied_to = names.params()[0].name;  // the head is the embedding
+  const flat_layout layout = flat_layout::of(m, 16);
+  for (int ranks : {1, 2, 4}) {
+    INFO("ranks " << ranks);
+    const bucket_plan plan(layout, ranks, 1000);
+    const auto& bs = plan.buckets();
+    const std::size_t c = plan.bucket_of_layer(3), s = plan.bucket_of_layer(0);
+    REQUIRE(c != s);
+    CHECK(bs[c].shares_piece);
+    CHECK_FALSE(bs[s].shares_piece);
+    CHECK(bs[c].tied_partner == s);
+    CHECK(bs[s].tied_partner == c);
+    CHECK(bs[c].shard_offset == bs[s].shard_offset);
+    CHECK(bs[c].piece == bs[s].piece);
+    // The other buckets tile the shard without the copy's piece.
+    std::size_t shard = 0;
+    for (std::size_t b = 0; b < bs.size(); ++b) {
+      if (b != c) CHECK(bs[b].tied_partner == (b == s ? c : strata::bucket::npos));
+      if (bs[b].shares_piece) continue;
+      CHECK(bs[b].shard_offset == shard);
+      shard += bs[b].piece;
+    }
+    CHECK(plan.shard_size() == shard);
+    CHECK(plan.shard_size() * static_cast<std::size_t>(ranks) == plan.total() - bs[c].size);
+    for (int r = 0; r < ranks; ++r) {
+      std::size_t at = 0;
+      for (const auto& run : plan.shard_runs(r)) {
+        CHECK(run.offset == at);
+        at += run.count;
+      }
+      CHECK(at == plan.shard_size());
+    }
+    // The head's stage alone, or the embedding's: nothing is shared.
+    for (const auto& [first, end] : {std::pair<std::size_t, std::size_t>{1, 4}, {0, 3}}) {
+      const bucket_plan stage(layout, ranks, 1000, first, end);
+      for (const auto& b : stage.buckets()) {
+        CHECK_FALSE(b.shares_piece);
+        CHECK(b.tied_partner == strata::bucket::npos);
+      }
+      CHECK(stage.shard_size() * static_cast<std::size_t>(ranks) == stage.total());
+    }
   }
 }

@@ -36,7 +36,9 @@ class grad_reducer {
     for (std::size_t l = bk.first_layer; l < bk.end_layer; ++l)
       params_.for_each_in_layer(l, [&](param<float>& p, std::size_t off) { p.grad_ptr = region + (off - bk.offset); });
     pending_[slot].bucket = b;
-    pending_[slot].first = first_backward;
+    // A tied pair sharing one piece: the later of the two in backward (the lower index)
+    // adds to what the earlier one put there.
+    pending_[slot].first = first_backward && !(bk.tied_partner != bucket::npos && bk.tied_partner > b);
   }
 
   // After bucket b's first layer ran backward: its reduce-scatter starts.
@@ -58,6 +60,14 @@ class grad_reducer {
           dev_.dp->reduce_scatter_async(std::span<const float>(region, bk.size),
                                         std::span<float>(state_.reduced.data() + plan_.slot_piece_offset(b), bk.piece));
     }
+  }
+
+  // At the end of a backward pass: both slots, the later bucket in backward first (a
+  // tied pair's second must add to what its first replaced).
+  void finish_all() {
+    const int higher = pending_[0].bucket > pending_[1].bucket ? 0 : 1;
+    finish(higher);
+    finish(1 - higher);
   }
 
   // Waits for the slot's reduce-scatter and adds its piece into the fp32 grad shard.

@@ -245,7 +245,7 @@ class schedule_driver {
       table_[l].run_backward(ctx_, dacts_[l - first + 1], dacts_[l - first], static_cast<std::size_t>(slot));
       if (l == buckets[b].first_layer) reduce_.launch(b);
     }
-    for (int s = 0; s < 2; ++s) reduce_.finish(s);
+    reduce_.finish_all();
     if (!is_first_stage()) {
       if (!bwd_send_) bwd_send_.emplace();
       read_slot_as(dacts_[0], table_[first - 1].writes_float, ctx_.exec(),

@@ -20,6 +20,7 @@ template <class Types>
 void refresh_compute_params(typename Types::state_t& state, typename Types::dev_t& dev, param_gathers<Types>& gathers) {
   if constexpr (Types::split) dev.eng->synchronize();  // host_params may still be on its way
   for (const auto& r : state.runs) state.template refresh_run<typename Types::compute_t>(*dev.eng, dev.host_eng, r);
+  for (const auto& r : state.mirrors) state.template refresh_mirror<typename Types::compute_t>(*dev.eng, r);
   gathers.gather_updated();
 }
 
@@ -33,18 +34,19 @@ class shard_update {
                param_gathers<Types>& gathers)
       : opt_(opt), plan_(plan), state_(state), dev_(dev), gathers_(gathers) {}
 
-  // After the state is allocated: ZeRO-0 over several ranks steps a bucket at a time,
+  // After the state is allocated: ZeRO-0 steps a bucket at a time,
   // each bucket's runs a step group of the engine's (numbered from 1), relative to it.
   void prepare() {
-    if (!by_bucket()) return;
-    for (std::size_t b = 0; b < plan_.buckets().size(); ++b) {
-      const auto& bk = plan_.buckets()[b];
-      std::vector<update_run> runs;
-      for (const auto& r : state_.runs) {
-        const std::size_t s = std::max(r.begin, bk.offset), e = std::min(r.end, bk.offset + bk.size);
-        if (s < e) runs.push_back({s - bk.offset, e - bk.offset, s - bk.offset, r.decay});
+    if constexpr (by_bucket()) {
+      for (std::size_t b = 0; b < plan_.buckets().size(); ++b) {
+        const auto& bk = plan_.buckets()[b];
+        std::vector<update_run> runs;
+        for (const auto& r : state_.runs) {
+          const std::size_t s = std::max(r.begin, bk.offset), e = std::min(r.end, bk.offset + bk.size);
+          if (s < e) runs.push_back({s - bk.offset, e - bk.offset, s - bk.offset, r.decay});
+        }
+        dev_.eng->prepare_step(runs, bk.size, b + 1);
       }
-      dev_.eng->prepare_step(runs, bk.size, b + 1);
     }
   }
 
@@ -57,8 +59,8 @@ class shard_update {
     a.state0 = Optimizer::state_slots > 0 ? state_.state0.data() : nullptr;
     a.state1 = Optimizer::state_slots > 1 ? state_.state1.data() : nullptr;
     a.n = state_.master.size();
-    if (by_bucket()) {
-      // Replicated over ranks: each bucket's reduced pieces are all-gathered into a
+    if constexpr (by_bucket()) {
+      // Replicated: each bucket's reduced pieces are all-gathered into a
       // gradient slot (free once backward is over), then every rank steps the bucket.
       for (std::size_t b = 0; b < plan_.buckets().size(); ++b) {
         const auto& bk = plan_.buckets()[b];
@@ -80,6 +82,7 @@ class shard_update {
         dev_.host_eng.step_run(opt_, a, r, lr, grad_scale, opt_step);
         state_.template refresh_run<compute_t>(*dev_.eng, dev_.host_eng, r);
       }
+      for (const auto& r : state_.mirrors) state_.template refresh_mirror<compute_t>(*dev_.eng, r);
       gathers_.gather_updated();
     } else {
       dev_.eng->step(opt_, a, lr, grad_scale, opt_step);
@@ -92,9 +95,9 @@ class shard_update {
   void refresh_params_from_master() { refresh_compute_params<Types>(state_, dev_, gathers_); }
 
  private:
-  // ZeRO-0 keeps the whole master: with several ranks its gradient is gathered a bucket
-  // at a time (one rank's shard is already the whole gradient).
-  bool by_bucket() const noexcept { return stage == 0 && plan_.ranks() > 1; }
+  // ZeRO-0 keeps the whole master in the padded layout, which the shard's is not (a
+  // tied copy's bucket has no piece of its own): its gradient is gathered a bucket at a time.
+  static constexpr bool by_bucket() noexcept { return stage == 0; }
 
   Optimizer opt_;
   const bucket_plan& plan_;

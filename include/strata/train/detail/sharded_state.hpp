@@ -47,7 +47,7 @@ struct state_sizes {
     n.params = params_off ? 0 : stage < 3 ? total : shard;
     n.host_param_shard = params_off ? shard : 0;
     n.live = stage == 3 ? two_buckets : 0;  // ZeRO-3's gathered buckets, two in flight
-    n.grads = two_buckets;  // backward's two rotating slots, at every stage
+    n.grads = two_buckets;                  // backward's two rotating slots, at every stage
     n.grad_shard = shard;
     n.wire = mixed ? two_buckets : 0;
     n.wire_out = mixed ? two_pieces : 0;
@@ -100,7 +100,8 @@ struct sharded_state {
   buffer<Param, typename offload_space<Space>::type> host_param_shard;
   dev<Compute> wire, wire_out;  // 16-bit gradient staging for mixed precision
   std::vector<update_run> runs;
-  state_sizes sizes;  // what allocate() sized the buffers to
+  std::vector<update_run> mirrors;  // compute params written from another run's master, not stepped
+  state_sizes sizes;                // what allocate() sized the buffers to
   int rank = 0;
 
   void allocate(const bucket_plan& plan, int stage, int state_slots, bool mixed, int my_rank,
@@ -198,6 +199,18 @@ struct sharded_state {
     }
   }
 
+  // Compute params of a mirror run (a tied copy's place at stages 1-2): as refresh_run
+  // writes them, after the runs that share its master; split, the rounded values already
+  // wait in host_params.
+  template <class P, class Engine>
+  void refresh_mirror(Engine& eng, const update_run& r) {
+    const std::size_t n = r.end - r.begin;
+    if constexpr (split)
+      eng.upload_async(params.data() + r.out_begin, host_params.data() + r.begin, n);
+    else
+      round_params<P>(eng, master.data() + r.begin, param_data() + r.out_begin, n);
+  }
+
   // The runs of this rank's grad shard that hold the padded range [lo, hi).
   std::vector<std::pair<std::size_t, std::size_t>> shard_runs_inside(const bucket_plan& plan, std::size_t lo,
                                                                      std::size_t hi) const {
@@ -244,6 +257,7 @@ struct sharded_state {
 
   void make_runs(const bucket_plan& plan, int stage) {
     runs.clear();
+    mirrors.clear();
     if (stage == 0) {
       for (const auto& d : plan.full_runs()) runs.push_back({d.offset, d.offset + d.count, d.offset, d.decay});
       return;
@@ -252,6 +266,7 @@ struct sharded_state {
     // into its bucket's place in the full params buffer.
     for (const auto& d : plan.shard_runs(rank)) {
       for (const auto& b : plan.buckets()) {
+        if (b.shares_piece) continue;
         const std::size_t d_end = d.offset + d.count;
         const std::size_t s = d.offset > b.shard_offset ? d.offset : b.shard_offset;
         const std::size_t e = d_end < b.shard_offset + b.piece ? d_end : b.shard_offset + b.piece;
@@ -260,6 +275,12 @@ struct sharded_state {
         runs.push_back({s, e, out, d.decay});
       }
     }
+    // A tied copy sharing its source's piece: at stages 1-2 its params have a place of
+    // their own in the full buffer, written from the same master (ZeRO-3 reads the piece).
+    if (stage < 3)
+      for (const auto& b : plan.buckets())
+        if (b.shares_piece && b.piece)
+          mirrors.push_back({b.shard_offset, b.shard_offset + b.piece, b.piece_begin(rank), true});
   }
 };
 

@@ -134,6 +134,7 @@ class tied_params {
   void sum_grads() {
     float* g = state_.grad_shard.data();
     for (auto& l : links_) {
+      if (l.copy.here && l.source.here && l.copy.begin == l.source.begin) continue;  // one piece (bucket_plan)
       if (l.copy.here && l.source.here) {
         dev_.eng->accumulate(g + l.source.begin, g + l.copy.begin, l.source.size, false);
         dev_.eng->copy(g + l.copy.begin, g + l.source.begin, l.source.size);
