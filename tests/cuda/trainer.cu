@@ -13,8 +13,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <strata/cuda.cuh>
+#include <strata/models/qwen2.hpp>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "catch.hpp"
 #include "mlp_run.hpp"
@@ -235,3 +237,77 @@ TEST_CASE("a bad target in any micro-batch is the host's error, once per step, a
   CHECK(std::abs(g.loss - h.loss) <= 1e-4 * std::abs(h.loss));
   CHECK(strata::weights_hash(gpu.gather_master()) != before);
 }
+
+namespace {
+
+// A tiny Qwen2 whose head is tied to its embedding: on one stage the two share one piece
+// of the shard (bucket_plan's shares_piece; docs/architecture.md, "Tied params").
+strata::models::qwen2_config tiny_tied() {
+  strata::models::qwen2_config c;
+  c.vocab_size = 96;
+  c.hidden_size = 64;
+  c.intermediate_size = 128;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = 64;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+struct tied_result {
+  std::vector<float> losses, master;
+  std::uint64_t hash = 0;
+  strata::memory_report memory;
+};
+
+template <class Sharding, class Space>
+tied_result tied_run() {
+  const auto cfg = tiny_tied();
+  strata::trainer_options o = setup().opts;
+  o.bucket_elems = 4096;  // the embedding and head alone, the decoder layers in several buckets
+  strata::trainer<strata::models::qwen2, Space, Sharding, strata::adamw> tr(grid(), strata::models::make_qwen2(cfg),
+                                                                             o);
+  constexpr std::int64_t rows = 4, seq = 16;
+  strata::batch<> b;
+  b.inputs.resize({rows, seq});
+  b.targets.resize({rows, seq});
+  for (std::int64_t i = 0; i < rows * seq; ++i) {
+    b.inputs[i] = static_cast<float>((i * 7 + 3) % cfg.vocab_size);
+    b.targets[i] = static_cast<float>((i * 7 + 10) % cfg.vocab_size);
+  }
+  tied_result r;
+  for (int s = 0; s < 5; ++s) r.losses.push_back(tr.step(b).loss);
+  r.master = tr.gather_master();
+  r.hash = strata::weights_hash(r.master);
+  r.memory = tr.memory();
+  return r;
+}
+
+}  // namespace
+
+// The copy's gradient is added into the source's piece, its compute params written from
+// the one master (mirror runs at ZeRO-1/2, the shared piece gathered at ZeRO-3, uploaded
+// from the host when offloaded): every stage the same bits, both copies equal, and the
+// host's weights within the fp32 bound of the mlp case above.
+TEST_CASE("a tied head shares its embedding's piece on the GPU: every stage, offload, and the host") {
+  using strata::cuda;
+  const auto host = tied_run<strata::zero<1>, strata::host>();
+  const auto r0 = tied_run<strata::replicated, cuda>();
+  CHECK(tied_run<strata::zero<1>, cuda>().hash == r0.hash);
+  CHECK(tied_run<strata::zero<2>, cuda>().hash == r0.hash);
+  CHECK(tied_run<strata::zero<3>, cuda>().hash == r0.hash);
+  CHECK(tied_run<strata::zero<2, strata::offload_optimizer>, cuda>().hash == r0.hash);
+  CHECK(tied_run<strata::zero<3, strata::offload_optimizer>, cuda>().hash == r0.hash);
+  const auto cfg = tiny_tied();
+  const auto n = static_cast<long>(cfg.vocab_size) * cfg.hidden_size;  // gather_master: embedding first, head last
+  CHECK(std::equal(r0.master.begin(), r0.master.begin() + n, r0.master.end() - n));
+  for (std::size_t i = 0; i < host.losses.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(std::abs(r0.losses[i] - host.losses[i]) <= 1e-4 * std::abs(host.losses[i]));
+  }
+  CHECK(test::relative_distance(r0.master, host.master) < 1e-4);
+  // One master for the tensor at ZeRO-1: as the host trainer counts it.
+  CHECK(tied_run<strata::zero<1>, cuda>().memory.bytes.at("master") == host.memory.bytes.at("master"));
+}
+
