@@ -266,8 +266,7 @@ tied_result tied_run() {
   const auto cfg = tiny_tied();
   strata::trainer_options o = setup().opts;
   o.bucket_elems = 4096;  // the embedding and head alone, the decoder layers in several buckets
-  strata::trainer<strata::models::qwen2, Space, Sharding, strata::adamw> tr(grid(), strata::models::make_qwen2(cfg),
-                                                                             o);
+  strata::trainer<strata::models::qwen2, Space, Sharding, strata::adamw> tr(grid(), strata::models::make_qwen2(cfg), o);
   constexpr std::int64_t rows = 4, seq = 16;
   strata::batch<> b;
   b.inputs.resize({rows, seq});
@@ -310,4 +309,3 @@ TEST_CASE("a tied head shares its embedding's piece on the GPU: every stage, off
   // One master for the tensor at ZeRO-1: as the host trainer counts it.
   CHECK(tied_run<strata::zero<1>, cuda>().memory.bytes.at("master") == host.memory.bytes.at("master"));
 }
-
