@@ -13,13 +13,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <strata/cuda.cuh>
-#include <strata/models/qwen2.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "catch.hpp"
 #include "mlp_run.hpp"
+#include "small_models.hpp"
 
 namespace {
 
@@ -243,14 +243,7 @@ namespace {
 // A tiny Qwen2 whose head is tied to its embedding: on one stage the two share one piece
 // of the shard (bucket_plan's shares_piece; docs/architecture.md, "Tied params").
 strata::models::qwen2_config tiny_tied() {
-  strata::models::qwen2_config c;
-  c.vocab_size = 96;
-  c.hidden_size = 64;
-  c.intermediate_size = 128;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 64;
+  auto c = test::small_qwen2_config();
   c.tie_word_embeddings = true;
   return c;
 }
@@ -265,9 +258,9 @@ template <class Sharding, class Space>
 tied_result tied_run() {
   const auto cfg = tiny_tied();
   strata::trainer_options o = setup().opts;
-  o.bucket_elems = 4096;  // the embedding and head alone, the decoder layers in several buckets
+  o.bucket_elems = 2048;  // the embedding and head alone, the decoder layers in several buckets
   strata::trainer<strata::models::qwen2, Space, Sharding, strata::adamw> tr(grid(), strata::models::make_qwen2(cfg), o);
-  constexpr std::int64_t rows = 4, seq = 16;
+  constexpr std::int64_t rows = 4, seq = 16;  // seq = the config's max_position_embeddings
   strata::batch<> b;
   b.inputs.resize({rows, seq});
   b.targets.resize({rows, seq});
