@@ -79,8 +79,8 @@ class engine<host> {
   }
 
   // The optimizer step over prepared groups of runs (each run with its decay flag): group
-  // 0 is the shard's runs; ZeRO-0 over several ranks also steps a bucket at a time, one
-  // group per bucket with runs relative to it (train/detail/shard_update.hpp).
+  // 0 is the shard's runs; ZeRO-0 steps a bucket at a time, one group per bucket with
+  // runs relative to it (train/detail/shard_update.hpp).
   void prepare_step(std::span<const update_run> runs, std::size_t /*elements*/, std::size_t group = 0) {
     if (groups_.size() <= group) groups_.resize(group + 1);
     groups_[group].assign(runs.begin(), runs.end());

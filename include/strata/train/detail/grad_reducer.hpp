@@ -4,7 +4,7 @@
 // is needed again or the micro-batch ends. Every stage runs these same calls, hence the
 // same bits (DESIGN §4), and none keeps a full-model gradient buffer: the shard is where
 // gradients accumulate, so a slot's grads are dead once reduced (docs/architecture.md,
-// "Gradients in two slots").
+// "Where each state lives"; decision 0038).
 #pragma once
 #include <cstddef>
 #include <span>

@@ -34,8 +34,8 @@ class shard_update {
                param_gathers<Types>& gathers)
       : opt_(opt), plan_(plan), state_(state), dev_(dev), gathers_(gathers) {}
 
-  // After the state is allocated: ZeRO-0 steps a bucket at a time,
-  // each bucket's runs a step group of the engine's (numbered from 1), relative to it.
+  // After the state is allocated: ZeRO-0 steps a bucket at a time, each bucket's runs a
+  // step group of the engine's (numbered from 1), relative to it.
   void prepare() {
     if constexpr (by_bucket()) {
       for (std::size_t b = 0; b < plan_.buckets().size(); ++b) {
@@ -60,8 +60,9 @@ class shard_update {
     a.state1 = Optimizer::state_slots > 1 ? state_.state1.data() : nullptr;
     a.n = state_.master.size();
     if constexpr (by_bucket()) {
-      // Replicated: each bucket's reduced pieces are all-gathered into a
-      // gradient slot (free once backward is over), then every rank steps the bucket.
+      // Replicated: each bucket's reduced pieces are all-gathered into a gradient slot
+      // (free once backward is over), then every rank steps the bucket. A device gather
+      // follows the compute stream's earlier work, so the step that last read the slot.
       for (std::size_t b = 0; b < plan_.buckets().size(); ++b) {
         const auto& bk = plan_.buckets()[b];
         if (bk.size == 0) continue;
