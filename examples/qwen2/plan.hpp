@@ -27,7 +27,7 @@ namespace qwen2 {
 // loss's row sums doubles.
 inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::size_t rows, std::size_t seq, int tp,
                                     std::size_t first, std::size_t end, std::size_t slots, bool device, bool recompute,
-                                    std::size_t act = 4) {
+                                    std::size_t act = 4, bool fused = false) {
   constexpr std::size_t f = sizeof(float), f64 = sizeof(double);
   const std::size_t L = static_cast<std::size_t>(c.num_hidden_layers), N = rows * seq;
   const std::size_t D = static_cast<std::size_t>(c.hidden_size), hd = static_cast<std::size_t>(c.head_dim());
@@ -35,15 +35,20 @@ inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::
   const std::size_t KV = static_cast<std::size_t>(c.num_key_value_heads / tp);
   const std::size_t I = static_cast<std::size_t>(c.intermediate_size / tp);
   const std::size_t V = static_cast<std::size_t>(c.vocab_size / tp);
-  // What attention keeps of its softmax: a GPU the probabilities, [rows, H, seq, seq], and
-  // scratch batching the heads of a batch row (no grouping) or the batch rows of a head:
-  // the scores and their gradient in float, and with 16-bit activations the gradient
-  // again as their type (the GEMMs' operand) and, for grouped heads, the float sums of
-  // dk and dv over a group. The host keeps a log-sum-exp per row (its blocks' scratch is
-  // a few 64 x 64 blocks per thread, not counted).
-  const std::size_t inner = H == KV && H >= rows ? H : rows;
-  std::size_t softmax = rows * H * seq * f;
-  if (device) {
+  // What attention keeps of its softmax. The host, and a GPU's fused attention (cuDNN,
+  // 16-bit activations: `fused`), a log-sum-exp per row; the host's blocks' scratch is a
+  // few 64 x 64 blocks per thread, not counted; cuDNN's deterministic backward borrows a
+  // workspace of the scores' gradient, [rows, H, seq, seq] rounded up to its 64 x 64
+  // tiles in 16 bits (the cudnn-frontend's own count), once. A GPU's unfused attention
+  // keeps the probabilities, [rows, H, seq, seq], with scratch batching the heads of a
+  // batch row (no grouping) or the batch rows of a head: the scores and their gradient in
+  // float, and with 16-bit activations the gradient again as their type (the GEMMs'
+  // operand) and, for grouped heads, the float sums of dk and dv over a group.
+  const std::size_t inner = H == KV && H >= rows ? H : rows, tiles = (seq + 63) / 64 * 64;
+  std::size_t softmax = rows * H * seq * f, workspace = 0;
+  if (device && fused) {
+    workspace = rows * H * tiles * tiles * 2;
+  } else if (device) {
     softmax = rows * H * seq * seq * act + inner * seq * seq * f;
     if (act != f) softmax += inner * seq * seq * act + (H != KV ? 2 * inner * seq * hd * f : 0);
   }
@@ -79,7 +84,7 @@ inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::
   // gradient a later stage sends back.
   per_slot += first == 0 ? N * f : N * D * act;
   if (end != L + 3) shared += N * D * act;
-  return per_slot * slots + shared + scratch;
+  return per_slot * slots + shared + scratch + workspace;
 }
 
 // Schedule slots a stage keeps: one without a pipeline, K with GPipe, pp - stage with 1F1B.
@@ -126,7 +131,8 @@ inline nlohmann::json plan_json(const run_options& o, const examples::loop_optio
       strata::plan_memory(m, l, s, 0, &layers);  // this stage's layers first
       const std::size_t act = activation_bytes(o.model, rows, static_cast<std::size_t>(o.seq), l.tp, layers.first,
                                                layers.second, slots_in_use(l.pp, s, opts.micro_batches, pol.schedule),
-                                               device, !opts.recompute.empty(), device && l.mixed ? 2 : 4);
+                                               device, !opts.recompute.empty(), device && l.mixed ? 2 : 4,
+                                               device && l.mixed && strata::nn::fused_attention_built);
       const strata::memory_report planned = strata::plan_memory(m, l, s, act);
       auto r = planned.to_json();
       r["layers"] = {layers.first, layers.second};

@@ -540,7 +540,7 @@ TEST_CASE("causal_self_attention: forward and backward match the host") {
     check_normwise(grads_of(dl.proj.bias), host_grads(h.proj.bias), rel, "attention proj.bias.grad");
     // The mask: every probability above the diagonal is exactly 0, every row sums to 1 (the
     // host keeps each row's log-sum-exp instead: its outputs and gradients are compared).
-    const auto probs = read(r.dc.saved);
+    const auto probs = read(r.dc.saved.probs);
     for (std::int64_t m = 0; m < c.B * c.heads; ++m)
       for (std::int64_t i = 0; i < c.S; ++i) {
         double sum = 0.0;
@@ -836,3 +836,97 @@ TEST_CASE("swiglu_mlp: forward and backward match the host") {
 TEST_CASE("qwen2 model: the device's loss and gradients match the host's, the same bits run to run") {
   on_qwen2([](auto& hm, auto& dm, const auto& params, const auto& b) { compare_models(hm, dm, params, b); });
 }
+
+#if STRATA_FUSED_ATTENTION
+// cuDNN's fused attention (a build with strata::cudnn; scripts/gpu-check points
+// STRATA_CUDNN_LIBRARY at the machine's cuDNN, so the fused path must be taken here) in
+// bf16 against the host's blocked attention in fp32 on the same bf16-representable
+// inputs: Qwen2's grouped heads in separate q, k, v at a sequence that is not a multiple
+// of cuDNN's 64-row tiles, and the gpt example's interleaved q|k|v per head. The device
+// rounds the probabilities and the scores' gradient to bf16 before their GEMMs (2^-9
+// relative each) and its results to bf16 (2^-9): normwise 2e-2 of the largest element is
+// a few of those, where a wrong mask, scale or head mapping is wrong by O(1). The
+// statistics are fp32 log-sum-exps of the same fp32 scores: 1e-3. Backward twice gives
+// the same bits (cuDNN's deterministic algorithm), forward too.
+TEST_CASE("fused attention (cuDNN, bf16): the host's blocked attention, the same bits run to run") {
+  namespace d = strata::nn::detail;
+  struct case_t {
+    std::int64_t B, S, H, KV, hd;
+    bool interleaved;
+  };
+  for (const auto& c : {case_t{2, 100, 4, 2, 64, false}, case_t{3, 77, 14, 2, 64, false}, case_t{2, 128, 3, 3, 64, true}}) {
+    INFO("B " << c.B << " S " << c.S << " heads " << c.H << " over " << c.KV << " hd " << c.hd
+              << (c.interleaved ? " q|k|v interleaved" : ""));
+    const d::attention_layout l =
+        c.interleaved ? d::attention_layout{c.B, c.S, c.H, c.hd, 1, 3 * c.H * c.hd, 3 * c.hd, 3 * c.H * c.hd, 3 * c.hd}
+                      : d::attention_layout{c.B, c.S, c.H, c.hd, c.H / c.KV, c.H * c.hd, c.hd, c.KV * c.hd, c.hd};
+    // q, k, v as one buffer: [B, S, 3 H hd] interleaved per head, or q, k, v one after another.
+    const std::size_t nq = static_cast<std::size_t>(c.B * c.S * l.ldq), nkv = static_cast<std::size_t>(c.B * c.S * l.ldkv);
+    const std::size_t n_in = c.interleaved ? nq : nq + 2 * nkv, n_out = static_cast<std::size_t>(c.B * c.S * l.ldo());
+    const std::size_t k_at = c.interleaved ? static_cast<std::size_t>(c.hd) : nq;
+    const std::size_t v_at = c.interleaved ? static_cast<std::size_t>(2 * c.hd) : nq + nkv;
+    std::mt19937 rng(101);
+    std::vector<strata::bf16> in16(n_in), dout16(n_out);
+    std::vector<float> in(n_in), dout(n_out);
+    for (std::size_t i = 0; i < n_in; ++i) in[i] = in16[i] = strata::bf16(std::normal_distribution<float>(0.0f, 1.0f)(rng));
+    for (std::size_t i = 0; i < n_out; ++i) dout[i] = dout16[i] = strata::bf16(std::normal_distribution<float>(0.0f, 1.0f)(rng));
+    // The host in fp32.
+    host_ctx hctx;
+    std::vector<float> hout(n_out), hlse(static_cast<std::size_t>(c.B * c.H * c.S)), hgrad(n_in, 0.0f);
+    d::attention_forward_blocked(hctx, l, in.data(), in.data() + k_at, in.data() + v_at, hlse.data(), hout.data());
+    d::attention_backward_blocked(hctx, l, in.data(), in.data() + k_at, in.data() + v_at, hlse.data(), hout.data(),
+                                  dout.data(), hgrad.data(), hgrad.data() + k_at, hgrad.data() + v_at);
+    // The device in bf16, twice.
+    device_env denv;
+    device_ctx16 ctx;
+    ctx.set_exec(denv.exec.get());
+    strata::tensor<strata::bf16, strata::cuda> din(shape{static_cast<std::int64_t>(n_in)}),
+        ddout(shape{static_cast<std::int64_t>(n_out)}), dgrad(shape{static_cast<std::int64_t>(n_in)});
+    strata::cuda::copy(din.data(), in16.data(), n_in * sizeof(strata::bf16));
+    strata::cuda::copy(ddout.data(), dout16.data(), n_out * sizeof(strata::bf16));
+    strata::cuda::zero(dgrad.data(), n_in * sizeof(strata::bf16));  // the interleaved layout's gaps
+    strata::tensor<strata::bf16, strata::cuda> dout_dev(shape{static_cast<std::int64_t>(n_out)});
+    d::attention_saved<strata::cuda, strata::bf16> saved;
+    strata::tensor<float, strata::cuda> scores, d_scores;
+    strata::tensor<strata::bf16, strata::cuda> ds_scratch;
+    std::vector<strata::bf16> first_out, first_grad;
+    std::vector<float> first_lse;
+    for (int run = 0; run < 2; ++run) {
+      const strata::bf16* b = din.data();
+      d::attention_forward(ctx, l, b, b + k_at, b + v_at, saved, dout_dev.data(), &scores);
+      REQUIRE(saved.probs.numel() == 0);  // cuDNN took it (else it said why on stderr)
+      strata::bf16* g = dgrad.data();
+      d::attention_backward(ctx, l, b, b + k_at, b + v_at, saved, dout_dev.data(), ddout.data(), g, g + k_at, g + v_at,
+                            d_scores, &ds_scratch);
+      denv.synchronize();
+      const auto out = read(dout_dev), grad = read(dgrad);
+      const auto lse = read(saved.stats);
+      if (run == 1) {
+        CHECK(out == first_out);
+        CHECK(lse == first_lse);
+        CHECK(grad == first_grad);
+        break;
+      }
+      first_out = out, first_grad = grad, first_lse = lse;
+      const auto widen = [](const std::vector<strata::bf16>& v) { return std::vector<float>(v.begin(), v.end()); };
+      check_normwise(widen(out), hout, 2e-2, "fused attention out");
+      for (std::size_t i = 0; i < lse.size(); ++i) require_close("lse", i, lse[i], hlse[i], 1e-3);
+      // dq, dk, dv each against its own largest element.
+      const auto part = [&](const std::vector<float>& v, std::size_t at) {
+        std::vector<float> r;
+        for (std::int64_t row = 0; row < c.B * c.S; ++row)
+          for (std::int64_t h = 0; h < (at == 0 ? c.H : c.KV); ++h)
+            for (std::int64_t j = 0; j < c.hd; ++j) {
+              const std::int64_t ld = at == 0 ? l.ldq : l.ldkv, head = at == 0 ? l.q_head : l.kv_head;
+              r.push_back(v[at + static_cast<std::size_t>(row * ld + h * head + j)]);
+            }
+        return r;
+      };
+      const auto dgrad32 = widen(grad);
+      check_normwise(part(dgrad32, 0), part(hgrad, 0), 2e-2, "fused attention dq");
+      check_normwise(part(dgrad32, k_at), part(hgrad, k_at), 2e-2, "fused attention dk");
+      check_normwise(part(dgrad32, v_at), part(hgrad, v_at), 2e-2, "fused attention dv");
+    }
+  }
+}
+#endif

@@ -19,6 +19,8 @@
 #include "../../space/ops.hpp"
 #include "../../space/tensor.hpp"
 #include "attention_blocked.hpp"
+#include "attention_layout.hpp"
+#include "fused_attention.hpp"
 
 namespace strata::nn::detail {
 
@@ -68,15 +70,6 @@ struct causal_softmax_backward_fn {
   }
 };
 
-// Where q, k and v of (batch b, query head h) are: q at q + b S ldq + h q_head, k and v at
-// k|v + b S ldkv + (h / group) kv_head, each an [S, hd] matrix with row stride ldq or
-// ldkv; the output of the pair at out + b S H hd + h hd. H is this rank's query heads.
-struct attention_layout {
-  std::int64_t B, S, H, hd, group;
-  std::int64_t ldq, q_head, ldkv, kv_head;
-  std::int64_t ldo() const { return H * hd; }
-};
-
 // How the (batch, head) pairs are walked: `outer` steps of one strided batched GEMM over
 // `inner` pairs. Batch rows have constant strides everywhere; heads too when each has its
 // own key/value head (group 1). A space that batches takes the larger walk of those; one
@@ -109,13 +102,15 @@ struct attention_walk {
   float kv_beta(std::int64_t o) const { return heads_inner || h0(o) % l.group == 0 ? 0.0f : 1.0f; }
 };
 
-inline float attention_scale(std::int64_t hd) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))); }
-
-// What backward needs of the softmax, in space Space with activations T: the
-// probabilities [B, H, S, S] where the space batches GEMMs, as T (backward's GEMMs read
-// them); each row's log-sum-exp [B, H, S] on the host, in float (a statistic).
+// What backward needs of the softmax, in space Space with activations T: each row's
+// log-sum-exp [B, H, S] in float (the host's blocks, and a GPU's fused attention), or the
+// probabilities [B, H, S, S] as T (a GPU's unfused GEMMs read them). One of the two is
+// sized; the other stays empty.
 template <class Space, class T = float>
-using attention_saved = tensor<std::conditional_t<ops_for<Space>::prefers_batched, T, float>, Space>;
+struct attention_saved {
+  tensor<float, Space> stats;
+  tensor<T, Space> probs;
+};
 
 // probs [B, H, S, S] = causal softmax(q k^T / sqrt(hd)); out [B, S, H hd] = probs v. A
 // float T computes the scores in probs and normalises them in place; a 16-bit T computes
@@ -240,34 +235,47 @@ void attention_backward_blocked(Ctx& ctx, const attention_layout& l, const T* q,
 }
 
 // The layers' entry points, on activations of type T. `saved` is what backward needs of
-// the softmax (attention_saved), sized here. `scores` and `ds_scratch` are the full
-// form's scratch (see attention_forward_full and attention_backward_full): a space that
-// batches GEMMs with 16-bit T needs both; otherwise they stay untouched (the host keeps
-// no [S, S] matrix).
+// the softmax (attention_saved), sized here. A GPU with 16-bit T runs cuDNN's fused
+// attention where the build has it and it takes the shape (fused_attention.hpp); else
+// the full form, whose scratch `scores` and `ds_scratch` are (attention_forward_full and
+// attention_backward_full): a space that batches GEMMs with 16-bit T needs both;
+// otherwise they stay untouched (the host keeps no [S, S] matrix).
 template <class Ctx, class T>
 void attention_forward(Ctx& ctx, const attention_layout& l, const T* q, const T* k, const T* v,
                        attention_saved<space_of<Ctx>, T>& saved, T* out,
                        tensor<float, space_of<Ctx>>* scores = nullptr) {
   if constexpr (ops_of<Ctx>::prefers_batched) {
-    saved.resize(shape{l.B, l.H, l.S, l.S});
-    attention_forward_full(ctx, l, q, k, v, saved.data(), out, scores);
+    if (fused_attention_takes<T>(ctx, l)) {
+      saved.probs = {};
+      saved.stats.resize(shape{l.B, l.H, l.S});
+      fused_attention_forward(ctx, l, q, k, v, saved.stats.data(), out);
+      return;
+    }
+    saved.stats = {};
+    saved.probs.resize(shape{l.B, l.H, l.S, l.S});
+    attention_forward_full(ctx, l, q, k, v, saved.probs.data(), out, scores);
   } else {
     (void)scores;
-    saved.resize(shape{l.B, l.H, l.S});
-    attention_forward_blocked(ctx, l, q, k, v, saved.data(), out);
+    saved.stats.resize(shape{l.B, l.H, l.S});
+    attention_forward_blocked(ctx, l, q, k, v, saved.stats.data(), out);
   }
 }
 
-// From d_out [B, S, H hd] (and the forward's out): dq, dk and dv, laid out like q, k and v.
+// From d_out [B, S, H hd] (and the forward's out): dq, dk and dv, laid out like q, k and v,
+// by the form forward took.
 template <class Ctx, class T>
 void attention_backward(Ctx& ctx, const attention_layout& l, const T* q, const T* k, const T* v,
                         const attention_saved<space_of<Ctx>, T>& saved, const T* out, const T* d_out, T* dq, T* dk,
                         T* dv, tensor<float, space_of<Ctx>>& d_scores, tensor<T, space_of<Ctx>>* ds_scratch = nullptr) {
   if constexpr (ops_of<Ctx>::prefers_batched) {
-    attention_backward_full(ctx, l, q, k, v, saved.data(), d_out, dq, dk, dv, d_scores, ds_scratch);
+    if (saved.probs.numel() == 0) {
+      fused_attention_backward(ctx, l, q, k, v, saved.stats.data(), out, d_out, dq, dk, dv);
+      return;
+    }
+    attention_backward_full(ctx, l, q, k, v, saved.probs.data(), d_out, dq, dk, dv, d_scores, ds_scratch);
   } else {
     (void)d_scores, (void)ds_scratch;
-    attention_backward_blocked(ctx, l, q, k, v, saved.data(), out, d_out, dq, dk, dv);
+    attention_backward_blocked(ctx, l, q, k, v, saved.stats.data(), out, d_out, dq, dk, dv);
   }
 }
 

@@ -1,0 +1,273 @@
+// Causal attention on a GPU through cuDNN's fused scaled-dot-product attention (the
+// flash-attention algorithm on tensor cores: nothing [S, S] is kept), for 16-bit
+// activations: forward writes the output and each row's log-sum-exp, backward reads them
+// back and writes dq, dk and dv. Backward asks cuDNN for its deterministic algorithm (a
+// fixed-order dQ reduction), so a run's bits repeat, as every strata result does.
+//
+// cuDNN is loaded at run time (the cudnn-frontend's dynamic loading: a build needs its
+// headers, not its library): STRATA_CUDNN_LIBRARY names the library (a path), else
+// libcudnn.so.9 is looked up as dlopen does. Where it cannot be loaded, or refuses a shape
+// (head sizes above 256 or not a multiple of 8, say), attention_core.hpp runs the unfused
+// GEMMs and says why once on stderr. STRATA_ATTENTION=unfused turns the fused path off.
+//
+// Included by attention_core.hpp in CUDA translation units of a build with cuDNN's
+// headers (STRATA_HAS_CUDNN, strata::cudnn). The frontend's own JSON library is left out
+// (CUDNN_FRONTEND_SKIP_JSON_LIB): it would specialise nlohmann's float serializer for
+// every translation unit that includes it, strata's JSON included.
+#pragma once
+#ifndef NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
+#define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
+#endif
+#ifndef CUDNN_FRONTEND_SKIP_JSON_LIB
+#define CUDNN_FRONTEND_SKIP_JSON_LIB
+#endif
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cudnn_frontend.h>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
+
+#include "../../core/dtype.hpp"
+#include "../../core/error.hpp"
+#include "../../space/cuda.hpp"
+#include "attention_layout.hpp"
+
+namespace cudnn_frontend {
+// The library handle the frontend's dynamic loading reads (declared by its shim).
+inline void* cudnn_dlhandle = nullptr;
+}  // namespace cudnn_frontend
+
+namespace strata::nn::detail {
+
+namespace fe = cudnn_frontend;
+
+// The tensors' ids in the graphs and their variant packs.
+enum cudnn_attention_uid : std::int64_t { q_uid = 1, k_uid, v_uid, o_uid, stats_uid, do_uid, dq_uid, dk_uid, dv_uid };
+
+// The loaded library, once per process: a handle per device, the graphs per shape.
+class cudnn_attention {
+ public:
+  static cudnn_attention& instance() {
+    static cudnn_attention a;
+    return a;
+  }
+
+  // Why the fused path is off ("" when cuDNN is loaded).
+  const std::string& unavailable() const noexcept { return why_; }
+  int version() const noexcept { return version_; }
+
+  // The forward and backward plans of one layout, built on first use; nullptr when cuDNN
+  // is not loaded or refuses the shape (said once per shape on stderr).
+  struct plans {
+    std::shared_ptr<fe::graph::Graph> forward, backward;
+    std::int64_t forward_workspace = 0, backward_workspace = 0;
+    cudnnHandle_t handle = nullptr;
+  };
+  template <class T>
+  const plans* find(const attention_layout& l) {
+    if (!why_.empty()) {
+      std::call_once(told_, [&] { std::fprintf(stderr, "strata: attention runs unfused: %s\n", why_.c_str()); });
+      return nullptr;
+    }
+    const int device = current_device();
+    const key k{device, std::is_same_v<T, bf16>, l.B, l.S, l.H, l.hd, l.group, l.ldq, l.q_head, l.ldkv, l.kv_head};
+    const std::lock_guard<std::mutex> lock(mutex_);
+    auto it = plans_.find(k);
+    if (it == plans_.end()) it = plans_.emplace(k, build<T>(l, handle(device))).first;
+    return it->second.forward ? &it->second : nullptr;
+  }
+
+  // The workspace the plans of every shape so far need at most (bytes), for the plan.
+  std::int64_t largest_workspace() const noexcept { return largest_workspace_; }
+
+  cudnn_attention(const cudnn_attention&) = delete;
+  cudnn_attention& operator=(const cudnn_attention&) = delete;
+
+ private:
+  using key = std::tuple<int, bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                         std::int64_t, std::int64_t, std::int64_t>;
+
+  cudnn_attention() {
+    const char* mode = std::getenv("STRATA_ATTENTION");
+    if (mode && std::string_view(mode) == "unfused") {
+      why_ = "STRATA_ATTENTION=unfused";
+      return;
+    }
+    const char* path = std::getenv("STRATA_CUDNN_LIBRARY");
+    const char* lib = path && *path ? path : "libcudnn.so.9";
+    fe::cudnn_dlhandle = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!fe::cudnn_dlhandle) {
+      const char* e = dlerror();
+      why_ = strata::cat("cannot load ", lib, " (", e ? e : "dlopen failed",
+                         "); set STRATA_CUDNN_LIBRARY to libcudnn.so.9's path");
+      return;
+    }
+    try {
+      version_ = static_cast<int>(fe::detail::get_backend_version());
+    } catch (const std::exception& e) {
+      why_ = strata::cat(lib, " is not a cuDNN library: ", e.what());
+      return;
+    }
+    // 9.0 is the first with grouped-query fused attention and a deterministic backward.
+    if (version_ < 90000) why_ = strata::cat(lib, " is cuDNN ", version_, "; fused attention needs 9.0 or newer");
+  }
+
+  cudnnHandle_t handle(int device) {
+    auto it = handles_.find(device);
+    if (it != handles_.end()) return it->second;
+    cudnnHandle_t h = nullptr;
+    if (fe::detail::create_handle(&h) != CUDNN_STATUS_SUCCESS) h = nullptr;
+    handles_.emplace(device, h);  // kept for the process: graphs refer to it
+    return h;
+  }
+
+  static fe::graph::Tensor_attributes operand(const char* name, std::int64_t uid, std::int64_t B, std::int64_t heads,
+                                              std::int64_t S, std::int64_t hd, std::int64_t ld, std::int64_t head) {
+    return fe::graph::Tensor_attributes()
+        .set_name(name)
+        .set_uid(uid)
+        .set_dim({B, heads, S, hd})
+        .set_stride({S * ld, head, ld, 1});
+  }
+
+  template <class T>
+  plans build(const attention_layout& l, cudnnHandle_t h) {
+    plans p;
+    const std::string shape = strata::cat("batch ", l.B, ", ", l.H, " heads over ", l.H / l.group,
+                                          " key/value heads, sequence ", l.S, ", head size ", l.hd);
+    if (!h) {
+      std::fprintf(stderr, "strata: cuDNN made no handle; attention (%s) runs unfused\n", shape.c_str());
+      return p;
+    }
+    const fe::DataType_t io = std::is_same_v<T, bf16> ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF;
+    const std::int64_t KV = l.H / l.group, ldo = l.ldo();
+    const float scale = attention_scale(l.hd);
+    const auto graph = [&] {
+      auto g = std::make_shared<fe::graph::Graph>();
+      g->set_io_data_type(io).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(
+          fe::DataType_t::FLOAT);
+      return g;
+    };
+    const auto stats_attributes = [&](fe::graph::Tensor_attributes a) {
+      return a.set_uid(stats_uid)
+          .set_data_type(fe::DataType_t::FLOAT)
+          .set_dim({l.B, l.H, l.S, 1})
+          .set_stride({l.H * l.S, l.S, 1, 1});
+    };
+    // Forward: O and the statistics (log-sum-exp of the scaled scores, natural log).
+    auto f = graph();
+    auto q = f->tensor(operand("q", q_uid, l.B, l.H, l.S, l.hd, l.ldq, l.q_head));
+    auto k = f->tensor(operand("k", k_uid, l.B, KV, l.S, l.hd, l.ldkv, l.kv_head));
+    auto v = f->tensor(operand("v", v_uid, l.B, KV, l.S, l.hd, l.ldkv, l.kv_head));
+    auto [o, stats] = f->sdpa(q, k, v,
+                              fe::graph::SDPA_attributes()
+                                  .set_name("attention")
+                                  .set_generate_stats(true)
+                                  .set_causal_mask(true)
+                                  .set_attn_scale(scale));
+    o->set_output(true).set_uid(o_uid).set_dim({l.B, l.H, l.S, l.hd}).set_stride({l.S * ldo, l.hd, ldo, 1});
+    stats->set_output(true);
+    stats_attributes(*stats);
+    // Backward: dq, dk, dv laid out as q, k, v.
+    auto b = graph();
+    auto bq = b->tensor(operand("q", q_uid, l.B, l.H, l.S, l.hd, l.ldq, l.q_head));
+    auto bk = b->tensor(operand("k", k_uid, l.B, KV, l.S, l.hd, l.ldkv, l.kv_head));
+    auto bv = b->tensor(operand("v", v_uid, l.B, KV, l.S, l.hd, l.ldkv, l.kv_head));
+    auto bo = b->tensor(operand("o", o_uid, l.B, l.H, l.S, l.hd, ldo, l.hd));
+    auto bdo = b->tensor(operand("do", do_uid, l.B, l.H, l.S, l.hd, ldo, l.hd));
+    auto bstats = b->tensor(stats_attributes(fe::graph::Tensor_attributes().set_name("stats")));
+    auto [dq, dk, dv] = b->sdpa_backward(bq, bk, bv, bo, bdo, bstats,
+                                         fe::graph::SDPA_backward_attributes()
+                                             .set_name("attention_backward")
+                                             .set_causal_mask(true)
+                                             .set_attn_scale(scale)
+                                             .set_deterministic_algorithm(true));
+    dq->set_output(true).set_uid(dq_uid).set_dim({l.B, l.H, l.S, l.hd}).set_stride({l.S * l.ldq, l.q_head, l.ldq, 1});
+    dk->set_output(true).set_uid(dk_uid).set_dim({l.B, KV, l.S, l.hd}).set_stride({l.S * l.ldkv, l.kv_head, l.ldkv, 1});
+    dv->set_output(true).set_uid(dv_uid).set_dim({l.B, KV, l.S, l.hd}).set_stride({l.S * l.ldkv, l.kv_head, l.ldkv, 1});
+    for (auto* g : {f.get(), b.get()}) {
+      fe::error_object e = g->build(h, {fe::HeurMode_t::A});
+      if (!e.is_good()) {
+        std::fprintf(stderr, "strata: cuDNN %d refuses fused attention for %s (%s); it runs unfused\n", version_,
+                     shape.c_str(), e.get_message().c_str());
+        return plans{};
+      }
+    }
+    if (!f->get_workspace_size(p.forward_workspace).is_good() ||
+        !b->get_workspace_size(p.backward_workspace).is_good())
+      return plans{};
+    p.forward = std::move(f);
+    p.backward = std::move(b);
+    p.handle = h;
+    largest_workspace_ = std::max({largest_workspace_, p.forward_workspace, p.backward_workspace});
+    return p;
+  }
+
+  std::string why_;
+  int version_ = 0;
+  std::once_flag told_;
+  std::mutex mutex_;
+  std::map<int, cudnnHandle_t> handles_;
+  std::map<key, plans> plans_;
+  std::int64_t largest_workspace_ = 0;
+};
+
+// Runs one plan on exec's stream with its workspace from exec's scratch (own scratch,
+// released after, where the executor has none).
+inline void cudnn_attention_execute(const executor<cuda>& exec, fe::graph::Graph& g, cudnnHandle_t h,
+                                    std::int64_t workspace, std::unordered_map<std::int64_t, void*>& pack,
+                                    const char* what) {
+  cuda_scratch own;
+  cuda_scratch& s = exec.scratch ? *exec.scratch : own;
+  void* w = workspace > 0 ? s.get(static_cast<std::size_t>(workspace), exec.stream) : nullptr;
+  expects<cuda_error>(fe::detail::set_stream(h, exec.stream) == CUDNN_STATUS_SUCCESS,
+                      [&] { return strata::cat("cuDNN attention ", what, ": cudnnSetStream failed"); });
+  fe::error_object e = g.execute(h, pack, w);
+  expects<cuda_error>(e.is_good(), [&] { return strata::cat("cuDNN attention ", what, ": ", e.get_message()); });
+  own.release(exec.stream);
+}
+
+// out and lse [B, H, S] (float) from q, k, v; false (nothing written) where the fused
+// path is off for this layout.
+template <class T>
+bool cudnn_attention_forward(const executor<cuda>& exec, const attention_layout& l, const T* q, const T* k,
+                             const T* v, float* lse, T* out) {
+  const auto* p = cudnn_attention::instance().find<T>(l);
+  if (!p) return false;
+  std::unordered_map<std::int64_t, void*> pack{
+      {q_uid, const_cast<T*>(q)}, {k_uid, const_cast<T*>(k)}, {v_uid, const_cast<T*>(v)}, {o_uid, out}, {stats_uid, lse}};
+  cudnn_attention_execute(exec, *p->forward, p->handle, p->forward_workspace, pack, "forward");
+  return true;
+}
+
+// dq, dk, dv (written) from the forward's out and lse; false where the fused path is off.
+template <class T>
+bool cudnn_attention_backward(const executor<cuda>& exec, const attention_layout& l, const T* q, const T* k,
+                              const T* v, const float* lse, const T* out, const T* d_out, T* dq, T* dk, T* dv) {
+  const auto* p = cudnn_attention::instance().find<T>(l);
+  if (!p) return false;
+  std::unordered_map<std::int64_t, void*> pack{{q_uid, const_cast<T*>(q)},
+                                               {k_uid, const_cast<T*>(k)},
+                                               {v_uid, const_cast<T*>(v)},
+                                               {o_uid, const_cast<T*>(out)},
+                                               {stats_uid, const_cast<float*>(lse)},
+                                               {do_uid, const_cast<T*>(d_out)},
+                                               {dq_uid, dq},
+                                               {dk_uid, dk},
+                                               {dv_uid, dv}};
+  cudnn_attention_execute(exec, *p->backward, p->handle, p->backward_workspace, pack, "backward");
+  return true;
+}
+
+}  // namespace strata::nn::detail
