@@ -6,6 +6,7 @@
 
 #include "../core/config.hpp"
 #include "rounding.hpp"
+#include "vector_access.hpp"
 #include "scalar_math.hpp"
 
 namespace strata::kernels {
@@ -46,26 +47,71 @@ struct adamw_update {
   using param_type = P;
   static constexpr write_mode write = W;
 
+  // One element from its values: the updated moments, and the updated param given the
+  // root of the new v. Every form below is made of these two, so all give the same bits.
+  struct moments {
+    float m, v;
+  };
+  STRATA_HOST_DEVICE moments moments_of(float grad_i, float m, float v) const {
+    const float g = grad_i * grad_scale;
+    return {beta1 * m + one_minus_beta1 * g, beta2 * v + (one_minus_beta2 * g) * g};
+  }
+  STRATA_HOST_DEVICE float param_of(float p, float m, float sqrt_v) const {
+    const float denom = sqrt_v * inv_bias_correction2_sqrt + eps;
+    return p * decay_factor - (step_size * m) / denom;
+  }
+
   // pre_sqrt with grad[i] already read as a float, and post_sqrt without the 16-bit
   // write, returning the updated fp32 param; then write_out writes that. The host driver
   // uses these to convert a whole tile of 16-bit grads in, and of params out, with packed
   // instructions. The split changes no operation: pre_sqrt and post_sqrt are made of them.
   STRATA_HOST_DEVICE float pre_sqrt_of(std::size_t i, float grad_i) const {
-    const float g = grad_i * grad_scale;
-    const float m = beta1 * exp_avg[i] + one_minus_beta1 * g;
-    const float v = beta2 * exp_avg_sq[i] + (one_minus_beta2 * g) * g;
-    exp_avg[i] = m;
-    exp_avg_sq[i] = v;
-    return v;
+    const moments r = moments_of(grad_i, exp_avg[i], exp_avg_sq[i]);
+    exp_avg[i] = r.m;
+    exp_avg_sq[i] = r.v;
+    return r.v;
   }
   STRATA_HOST_DEVICE float post_sqrt_master(std::size_t i, float sqrt_v) const {
-    const float denom = sqrt_v * inv_bias_correction2_sqrt + eps;
-    const float p = master[i] * decay_factor - (step_size * exp_avg[i]) / denom;
+    const float p = param_of(master[i], exp_avg[i], sqrt_v);
     master[i] = p;
     return p;
   }
   STRATA_HOST_DEVICE void write_out(std::size_t i, float p) const {
     detail::write_param<W>(param_out, i, p, rounding_key, index_base + i);
+  }
+
+  // Elements i .. i + 3 with one 16-byte load and store per fp32 array (and one load of
+  // the four grads, one store of four 16-bit params): the CUDA driver's form where every
+  // array is aligned (vector_aligned) and i is a multiple of 4. The functor's pointers
+  // may alias as far as the compiler knows, so element-wise code cannot be merged into
+  // wide accesses by it; here they are explicit.
+  static constexpr std::size_t vector_width = 4;
+  STRATA_HOST_DEVICE void step_vector(std::size_t i) const {
+    using fvec = detail::vec<float, vector_width>;
+    const detail::vec<G, vector_width> g = detail::vec<G, vector_width>::load(grad + i);
+    fvec m = fvec::load(exp_avg + i), v = fvec::load(exp_avg_sq + i), p = fvec::load(master + i);
+    for (std::size_t k = 0; k < vector_width; ++k) {
+      const moments r = moments_of(static_cast<float>(g.x[k]), m.x[k], v.x[k]);
+      m.x[k] = r.m;
+      v.x[k] = r.v;
+      p.x[k] = param_of(p.x[k], r.m, detail::sqrt_nonneg(r.v));
+    }
+    m.store(exp_avg + i);
+    v.store(exp_avg_sq + i);
+    p.store(master + i);
+    if constexpr (W == write_mode::nearest_even) {
+      detail::vec<P, vector_width> out;
+      for (std::size_t k = 0; k < vector_width; ++k) out.x[k] = round_to<P>(p.x[k]);
+      out.store(param_out + i);
+    } else {
+      for (std::size_t k = 0; k < vector_width; ++k) write_out(i + k, p.x[k]);
+    }
+  }
+  // Whether step_vector may run: every array starts on its vector's alignment.
+  bool vector_aligned() const noexcept {
+    return detail::aligned_for<float, vector_width>(master) && detail::aligned_for<float, vector_width>(exp_avg) &&
+           detail::aligned_for<float, vector_width>(exp_avg_sq) && detail::aligned_for<G, vector_width>(grad) &&
+           (W == write_mode::none || detail::aligned_for<P, vector_width>(param_out));
   }
 
   // Updates m and v of element i and returns v, whose root post_sqrt needs.

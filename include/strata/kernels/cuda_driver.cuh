@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <concepts>
 #include <cstddef>
 
 #include "../space/cuda.hpp"
 #include "adamw.hpp"
 #include "lion.hpp"
 #include "sgd.hpp"
+#include "vector_access.hpp"
 
 namespace strata::kernels {
 
@@ -72,6 +74,36 @@ __device__ __forceinline__ void run_range(const F& f, std::size_t begin, std::si
     const std::size_t ahead = i + cuda_prefetch_ahead * step;
     if (ahead < end) cuda_prefetch<F>::inputs(f, ahead);
     f(i);
+  }
+}
+
+// Functors with a vector form: step_vector(i) updates elements i .. i + vector_width - 1
+// (i a multiple of the width) with one wide access per array, where vector_aligned().
+template <class F>
+concept vector_functor = requires(const F& f, std::size_t i) {
+  f.step_vector(i);
+  { f.vector_aligned() } -> std::convertible_to<bool>;
+  F::vector_width;
+};
+
+// run_range with step_vector for the whole vectors inside [begin, end): consecutive
+// threads take consecutive vectors (coalesced, 16 bytes a thread per fp32 array), and
+// the ragged head and tail (fewer than a vector each) go element by element. The same
+// functions of each element's values as f(i): the same bits.
+template <vector_functor F>
+__device__ __forceinline__ void run_range_vector(const F& f, std::size_t begin, std::size_t end) {
+  constexpr std::size_t w = F::vector_width;
+  const auto [body_begin, body_end] = vector_body(begin, end, w);
+  for (std::size_t i = begin + threadIdx.x; i < body_begin; i += blockDim.x) f(i);
+  for (std::size_t i = body_end + threadIdx.x; i < end; i += blockDim.x) f(i);
+  const std::size_t step = static_cast<std::size_t>(blockDim.x) * w;
+  const std::size_t first = body_begin + threadIdx.x * w;
+  for (int d = 0; d < cuda_prefetch_ahead; ++d)
+    if (first + d * step < body_end) cuda_prefetch<F>::inputs(f, first + d * step);
+  for (std::size_t i = first; i < body_end; i += step) {
+    const std::size_t ahead = i + cuda_prefetch_ahead * step;
+    if (ahead < body_end) cuda_prefetch<F>::inputs(f, ahead);
+    f.step_vector(i);
   }
 }
 

@@ -248,10 +248,10 @@ struct qwen2_decoder_layer {
       trace_scope part(trace_track::compute, "attn forward");
       input_layernorm.forward(ctx, x, c.n1, c.input_layernorm);
       self_attn.forward(ctx, c.n1, c.h, c.self_attn);
-      nn::add_into(ctx, c.h, x);
     }
     trace_scope part(trace_track::compute, "mlp forward");
-    post_attention_layernorm.forward(ctx, c.h, c.n2, c.post_attention_layernorm);
+    // h += x and its norm in one kernel (rms_norm::forward_residual: add_into's bits).
+    post_attention_layernorm.forward_residual(ctx, c.h, x, c.n2, c.post_attention_layernorm);
     mlp.forward(ctx, c.n2, y, c.mlp);
     nn::add_into(ctx, y, c.h);
   }
@@ -260,13 +260,12 @@ struct qwen2_decoder_layer {
     {
       trace_scope part(trace_track::compute, "mlp backward");
       mlp.backward(ctx, dy, c.dn2, c.mlp);
-      post_attention_layernorm.backward(ctx, c.dn2, c.dh, c.post_attention_layernorm);
-      nn::add_into(ctx, c.dh, dy);
+      // The norm's gradient and the residual's (dy) in one kernel.
+      post_attention_layernorm.backward_residual(ctx, c.dn2, dy, c.dh, c.post_attention_layernorm);
     }
     trace_scope part(trace_track::compute, "attn backward");
     self_attn.backward(ctx, c.dh, c.dn1, c.self_attn);
-    input_layernorm.backward(ctx, c.dn1, dx, c.input_layernorm);
-    nn::add_into(ctx, dx, c.dh);
+    input_layernorm.backward_residual(ctx, c.dn1, c.dh, dx, c.input_layernorm);
   }
 };
 

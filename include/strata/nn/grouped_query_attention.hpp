@@ -60,8 +60,7 @@ struct grouped_query_attention {
     v_proj.forward(ctx, x, c.v, c.v_proj);
     const detail::attention_layout l = layout(x);
     rope.table(ctx, l.S, l.hd, c.cos, c.sin);
-    rope.rotate(ctx, c.q, l.H, l.hd, c.cos, c.sin);
-    rope.rotate(ctx, c.k, local_kv_heads(), l.hd, c.cos, c.sin);
+    rope.rotate(ctx, c.q, l.H, c.k, local_kv_heads(), l.hd, c.cos, c.sin);
     c.attended.resize(shape{l.B, l.S, l.ldo()});
     detail::attention_forward(ctx, l, c.q.data(), c.k.data(), c.v.data(), c.saved, c.attended.data(), &c.d_scores);
     o_proj.forward(ctx, c.attended, y, c.o_proj);
@@ -79,8 +78,7 @@ struct grouped_query_attention {
     detail::attention_backward(ctx, l, c.q.data(), c.k.data(), c.v.data(), c.saved, c.attended.data(),
                                c.d_attended.data(), c.dq.data(), c.dk.data(), c.dv.data(), c.d_scores, &c.d_scores_act);
     // The rotation is orthogonal: its backward turns the gradients back.
-    rope.rotate(ctx, c.dq, l.H, l.hd, c.cos, c.sin, true);
-    rope.rotate(ctx, c.dk, local_kv_heads(), l.hd, c.cos, c.sin, true);
+    rope.rotate(ctx, c.dq, l.H, c.dk, local_kv_heads(), l.hd, c.cos, c.sin, true);
     q_proj.backward(ctx, c.dq, dx, c.q_proj);
     k_proj.backward(ctx, c.dk, c.dx_k, c.k_proj);
     v_proj.backward(ctx, c.dv, c.dx_v, c.v_proj);

@@ -18,8 +18,10 @@ namespace detail {
 
 // One row: mean(x^2) in double, then y = (x rstd) weight, as transformers orders it; in
 // float, y rounded once to the activation type T (transformers in 16 bits also rounds
-// x rstd before the weight).
-template <class W = float, class T = float>
+// x rstd before the weight). Residual: x += res first, in place, rounded once to T as
+// add_into rounds it (each thread then reads back what it wrote: a GPU row's passes give
+// a thread the same elements), so the pair costs one pass over the row, not two.
+template <class W = float, class T = float, bool Residual = false>
 struct rms_norm_forward_fn {
   const T* x;
   const W* w;
@@ -27,9 +29,17 @@ struct rms_norm_forward_fn {
   float* rstd;
   std::int64_t d;
   double eps;
+  const T* res = nullptr;  // Residual only
   template <class Row>
   STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
     const T* xr = x + r * d;
+    if constexpr (Residual) {
+      T* hr = const_cast<T*>(xr);  // the caller's own tensor (rms_norm::forward_residual)
+      const T* rr = res + r * d;
+      row.for_each(d, [&](std::int64_t j) {
+        hr[j] = round_to<T>(static_cast<float>(hr[j]) + static_cast<float>(rr[j]));
+      });
+    }
     const double ms = row.sum(d, [&](std::int64_t j) {
       const float xj = static_cast<float>(xr[j]);
       return static_cast<double>(xj) * xj;
@@ -43,14 +53,16 @@ struct rms_norm_forward_fn {
 };
 
 // One row of dx = rstd (g - xhat mean(g xhat)) with g = dy w and xhat = x rstd, the mean
-// summed in double; x, dy and dx of the activation type T, rstd float.
-template <class W = float, class T = float>
+// summed in double; x, dy and dx of the activation type T, rstd float. Residual: dx +=
+// res after, as add_into would (two roundings to T, as the two passes made).
+template <class W = float, class T = float, bool Residual = false>
 struct rms_norm_backward_fn {
   const T *x, *dy;
   const W* w;
   const float* rstd;
   T* dx;
   std::int64_t d;
+  const T* res = nullptr;  // Residual only
   template <class Row>
   STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
     const T *xr = x + r * d, *gr = dy + r * d;
@@ -62,8 +74,12 @@ struct rms_norm_backward_fn {
     const float b = static_cast<float>(sgx / static_cast<double>(d));
     T* dxr = dx + r * d;
     row.for_each(d, [&](std::int64_t j) {
-      dxr[j] = round_to<T>(
+      const T v = round_to<T>(
           rs * (static_cast<float>(gr[j]) * static_cast<float>(w[j]) - (static_cast<float>(xr[j]) * rs) * b));
+      if constexpr (Residual)
+        dxr[j] = round_to<T>(static_cast<float>(v) + static_cast<float>(res[r * d + j]));
+      else
+        dxr[j] = v;
     });
   }
 };
@@ -98,6 +114,43 @@ struct rms_norm {
   template <class Ctx>
   void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y,
                cache<space_of<Ctx>, activation_of<Ctx>>& c) const {
+    run_forward<false>(ctx, x, nullptr, y, c);
+  }
+
+  // h += res, then y = norm(h), in one kernel: a decoder's residual add before its next
+  // norm (h = x + attn(norm1(x)); norm2(h)). h keeps the sum (the caller's next residual
+  // and this norm's backward read it); the bits are those of add_into(h, res), forward.
+  template <class Ctx>
+  void forward_residual(Ctx& ctx, tensor_for<Ctx>& h, const tensor_for<Ctx>& res, tensor_for<Ctx>& y,
+                        cache<space_of<Ctx>, activation_of<Ctx>>& c) const {
+    detail::require_same_shape(h, res, kind, weight.name, "the residual");
+    detail::require_distinct(&res, &y, kind, weight.name);
+    run_forward<true>(ctx, h, &res, y, c);
+  }
+
+  // dx = rstd (g - xhat mean(g xhat)) with g = dy weight; weight.grad += sum over rows of
+  // dy xhat.
+  template <class Ctx>
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>, activation_of<Ctx>>& c) {
+    run_backward<false>(ctx, dy, nullptr, dx, c);
+  }
+
+  // backward, then dx += res (the residual path's gradient) in the same kernel: the bits
+  // of backward and add_into(dx, res).
+  template <class Ctx>
+  void backward_residual(Ctx& ctx, const tensor_for<Ctx>& dy, const tensor_for<Ctx>& res, tensor_for<Ctx>& dx,
+                         cache<space_of<Ctx>, activation_of<Ctx>>& c) {
+    detail::require_same_shape(dy, res, kind, weight.name, "the residual's gradient");
+    detail::require_distinct(&res, &dx, kind, weight.name);
+    run_backward<true>(ctx, dy, &res, dx, c);
+  }
+
+ private:
+  static constexpr const char* kind = "rms_norm";
+
+  template <bool Residual, class Ctx>
+  void run_forward(Ctx& ctx, const tensor_for<Ctx>& x, const tensor_for<Ctx>* res, tensor_for<Ctx>& y,
+                   cache<space_of<Ctx>, activation_of<Ctx>>& c) const {
     check_params();
     const std::int64_t d = dim();
     detail::require_features(x, d, kind, weight.name, "weight");
@@ -106,15 +159,15 @@ struct rms_norm {
     y.resize(x.shape());
     c.rstd.resize(detail::vector_shape(rows));
     ops_of<Ctx>::rows(exec_of(ctx), rows, d,
-                      detail::rms_norm_forward_fn<weight_of<Ctx>, activation_of<Ctx>>{
-                          x.data(), weights_of<Ctx>(weight), y.data(), c.rstd.data(), d, static_cast<double>(eps)});
+                      detail::rms_norm_forward_fn<weight_of<Ctx>, activation_of<Ctx>, Residual>{
+                          x.data(), weights_of<Ctx>(weight), y.data(), c.rstd.data(), d, static_cast<double>(eps),
+                          res ? res->data() : nullptr});
     c.x = &x;
   }
 
-  // dx = rstd (g - xhat mean(g xhat)) with g = dy weight; weight.grad += sum over rows of
-  // dy xhat.
-  template <class Ctx>
-  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>, activation_of<Ctx>>& c) {
+  template <bool Residual, class Ctx>
+  void run_backward(Ctx& ctx, const tensor_for<Ctx>& dy, const tensor_for<Ctx>* res, tensor_for<Ctx>& dx,
+                    cache<space_of<Ctx>, activation_of<Ctx>>& c) {
     detail::require_forward_ran(c.x, kind, weight.name);
     check_params();
     detail::require_grad(weight, kind, weight.name, "weight");
@@ -126,15 +179,13 @@ struct rms_norm {
     using ops = ops_of<Ctx>;
     const auto exec = exec_of(ctx);
     ops::rows(exec, rows, d,
-              detail::rms_norm_backward_fn<weight_of<Ctx>, activation_of<Ctx>>{
-                  x.data(), dy.data(), weights_of<Ctx>(weight), c.rstd.data(), dx.data(), d});
+              detail::rms_norm_backward_fn<weight_of<Ctx>, activation_of<Ctx>, Residual>{
+                  x.data(), dy.data(), weights_of<Ctx>(weight), c.rstd.data(), dx.data(), d,
+                  res ? res->data() : nullptr});
     ops::add_column_sums(exec, rows, d,
                          detail::rms_norm_weight_term<activation_of<Ctx>>{dy.data(), x.data(), c.rstd.data(), d},
                          weight.grad());
   }
-
- private:
-  static constexpr const char* kind = "rms_norm";
   void check_params() const {
     expects<config_error>(weight.shape.rank == 1 && eps > 0.0f, [&] {
       return strata::cat(detail::label(kind, weight.name), ": weight ", weight.shape, ", eps ", eps,

@@ -36,19 +36,29 @@ struct rotary_table_fn {
 // Row r of x [B S, heads hd] (position r % S), in place: (a, b) = (x[i], x[i + hd/2]) of
 // each head becomes (a cos - b sin, b cos + a sin), transformers' q cos + rotate_half(q)
 // sin; `inverse` turns back (the backward: the transposed rotation). x of the activation
-// type T and the table of C, read as float; each result rounded once to T.
+// type T and the table of C, read as float; each result rounded once to T. x2 (heads2
+// heads a row, the same rows) is turned in the same kernel: k beside q.
 template <class T = float, class C = float>
 struct rotary_fn {
   T* x;
   const C *cos, *sin;
   std::int64_t S, heads, hd;
   bool inverse;
+  T* x2 = nullptr;
+  std::int64_t heads2 = 0;
   template <class Row>
   STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
     const std::int64_t half = hd / 2;
     const C *c = cos + (r % S) * half, *s = sin + (r % S) * half;
-    T* xr = x + r * heads * hd;
-    row.for_each(heads * half, [&](std::int64_t j) {
+    turn(row, x + r * heads * hd, heads, c, s);
+    if (heads2 > 0) turn(row, x2 + r * heads2 * hd, heads2, c, s);
+  }
+
+ private:
+  template <class Row>
+  STRATA_HOST_DEVICE STRATA_FORCEINLINE void turn(const Row& row, T* xr, std::int64_t n, const C* c, const C* s) const {
+    const std::int64_t half = hd / 2;
+    row.for_each(n * half, [&](std::int64_t j) {
       const std::int64_t i = j % half;
       T* xh = xr + (j / half) * hd;
       const float a = static_cast<float>(xh[i]), b = static_cast<float>(xh[i + half]);
@@ -91,6 +101,21 @@ struct rotary_embedding {
     const std::int64_t S = cos.dim(0), rows = static_cast<std::int64_t>(x.numel()) / (heads * hd);
     ops_of<Ctx>::rows(exec_of(ctx), rows, heads * hd,
                       detail::rotary_fn<T, C>{x.data(), cos.data(), sin.data(), S, heads, hd, inverse});
+  }
+  // q [B, S, heads hd] and k [B, S, kv_heads hd] in one kernel: rotate(q) and rotate(k)'s
+  // bits.
+  template <class Ctx, class T, class C>
+  void rotate(Ctx& ctx, tensor<T, space_of<Ctx>>& q, std::int64_t heads, tensor<T, space_of<Ctx>>& k,
+              std::int64_t kv_heads, std::int64_t hd, const tensor<C, space_of<Ctx>>& cos,
+              const tensor<C, space_of<Ctx>>& sin, bool inverse = false) const {
+    const std::int64_t S = cos.dim(0), rows = static_cast<std::int64_t>(q.numel()) / (heads * hd);
+    expects<config_error>(static_cast<std::int64_t>(k.numel()) == rows * kv_heads * hd, [&] {
+      return strata::cat("rotary_embedding: q ", q.shape(), " of ", heads, " heads and k ", k.shape(), " of ", kv_heads,
+                         " heads of ", hd, " elements do not have the same rows");
+    });
+    ops_of<Ctx>::rows(exec_of(ctx), rows, (heads + kv_heads) * hd,
+                      detail::rotary_fn<T, C>{q.data(), cos.data(), sin.data(), S, heads, hd, inverse, k.data(),
+                                              kv_heads});
   }
 };
 

@@ -22,9 +22,10 @@ namespace strata {
 namespace detail {
 
 // Each block walks tiles of the run table; within a tile, consecutive threads take
-// consecutive elements (coalesced). A run's flag is uniform over its tiles, so the branch
-// between the two functors never diverges inside a block.
-template <class F>
+// consecutive elements (coalesced), or consecutive vectors of them (Vector: functors with
+// a vector form, every array aligned). A run's flag is uniform over its tiles, so the
+// branch between the two functors never diverges inside a block.
+template <class F, bool Vector = false>
 __global__ void __launch_bounds__(kernels::detail::cuda_block)
     runs_kernel(const device_run* runs, int nruns, std::size_t tiles, F decayed, F undecayed) {
   for (std::size_t t = blockIdx.x; t < tiles; t += gridDim.x) {
@@ -39,10 +40,18 @@ __global__ void __launch_bounds__(kernels::detail::cuda_block)
     const device_run r = runs[lo];
     const std::size_t begin = r.offset + (t - r.first_tile) * cuda_run_tile;
     const std::size_t end = begin + cuda_run_tile < r.offset + r.count ? begin + cuda_run_tile : r.offset + r.count;
-    if (r.decay)
-      kernels::detail::run_range(decayed, begin, end);
-    else
-      kernels::detail::run_range(undecayed, begin, end);
+    // Two calls, not a pointer picked at run time: either functor stays in parameter space.
+    if constexpr (Vector) {
+      if (r.decay)
+        kernels::detail::run_range_vector(decayed, begin, end);
+      else
+        kernels::detail::run_range_vector(undecayed, begin, end);
+    } else {
+      if (r.decay)
+        kernels::detail::run_range(decayed, begin, end);
+      else
+        kernels::detail::run_range(undecayed, begin, end);
+    }
   }
 }
 
@@ -53,12 +62,17 @@ __global__ void __launch_bounds__(kernels::detail::cuda_block)
 template <class F>
 void run_cuda_runs(const cuda_run_table& table, const F& decayed, const F& undecayed, cudaStream_t stream) {
   if (table.tiles() == 0) return;
-  constexpr auto kernel = &detail::runs_kernel<F>;
-  const int blocks = static_cast<int>(std::min<std::size_t>(table.tiles(), kernels::detail::resident_blocks(kernel)));
-  strata::detail::clear_stale_cuda_error();
-  kernel<<<blocks, kernels::detail::cuda_block, 0, stream>>>(table.device_data(), table.runs(), table.tiles(), decayed,
-                                                             undecayed);
-  kernels::detail::check_launch("run_cuda_runs");
+  const auto launch = [&](auto kernel) {
+    const int blocks = static_cast<int>(std::min<std::size_t>(table.tiles(), kernels::detail::resident_blocks(kernel)));
+    strata::detail::clear_stale_cuda_error();
+    kernel<<<blocks, kernels::detail::cuda_block, 0, stream>>>(table.device_data(), table.runs(), table.tiles(),
+                                                               decayed, undecayed);
+    kernels::detail::check_launch("run_cuda_runs");
+  };
+  if constexpr (kernels::detail::vector_functor<F>) {
+    if (decayed.vector_aligned() && undecayed.vector_aligned()) return launch(&detail::runs_kernel<F, true>);
+  }
+  launch(&detail::runs_kernel<F, false>);
 }
 
 namespace detail {

@@ -111,6 +111,65 @@ TEST_CASE("adamw: the fused operator() (CUDA driver form) == the split host form
 }
 
 namespace {
+// The vector form over [3, n - 1) as the CUDA driver splits it (kernels/vector_access.hpp):
+// a ragged head and tail element by element, whole vectors between; against operator()
+// over every element.
+template <class P, class G, strata::kernels::write_mode W>
+void check_vector_form() {
+  namespace k = strata::kernels;
+  const std::size_t n = 4101;
+  adam_state a = adam_inputs(n), b = a;
+  std::vector<G> g(n);
+  for (std::size_t i = 0; i < n; ++i) g[i] = strata::round_to<G>(a.g[i]);
+  std::vector<P> out_a(n), out_b(n);
+  k::adamw_update<P, G, W> f{a.p.data(), g.data(), a.m.data(), a.v.data(), out_a.data(), 0.5f,  0.9f, 0.1f,
+                             0.999f,     0.001f,   0.9999f,    0.01f,      1.3f,         1e-8f, 77,   5};
+  REQUIRE(f.vector_aligned());
+  const auto [first, last] = k::detail::vector_body(3, n - 1, f.vector_width);
+  REQUIRE(first == 4);
+  REQUIRE(last == (n - 1) / 4 * 4);
+  for (std::size_t i = 3; i < first; ++i) f(i);
+  for (std::size_t i = first; i < last; i += f.vector_width) f.step_vector(i);
+  for (std::size_t i = last; i < n - 1; ++i) f(i);
+  f.master = b.p.data(), f.exp_avg = b.m.data(), f.exp_avg_sq = b.v.data(), f.param_out = out_b.data();
+  for (std::size_t i = 3; i < n - 1; ++i) f(i);
+  CHECK(same_bits(a.p, b.p));
+  CHECK(same_bits(a.m, b.m));
+  CHECK(same_bits(a.v, b.v));
+  CHECK(std::memcmp(out_a.data(), out_b.data(), n * sizeof(P)) == 0);
+  // One array off its alignment: no vector form.
+  f.exp_avg = b.m.data() + 1;
+  CHECK_FALSE(f.vector_aligned());
+}
+}  // namespace
+
+TEST_CASE("adamw: the vector form (the CUDA driver's, where aligned) == operator(), bitwise") {
+  namespace k = strata::kernels;
+  check_vector_form<float, float, k::write_mode::none>();
+  check_vector_form<bf16, bf16, k::write_mode::nearest_even>();
+  check_vector_form<bf16, float, k::write_mode::stochastic>();
+  check_vector_form<fp16, fp16, k::write_mode::nearest_even>();
+  check_vector_form<fp16, bf16, k::write_mode::stochastic>();
+}
+
+TEST_CASE("vector_body: whole vectors inside any range, ragged ends shorter than one") {
+  for (std::size_t w : {2u, 4u, 8u})
+    for (std::size_t begin = 0; begin < 20; ++begin)
+      for (std::size_t end = begin; end < 24; ++end) {
+        const auto [first, last] = strata::kernels::detail::vector_body(begin, end, w);
+        INFO("w " << w << " [" << begin << ", " << end << ")");
+        CHECK(begin <= first);
+        CHECK(first <= last);
+        CHECK(last <= end);
+        CHECK(first % w == 0);
+        CHECK(last % w == 0);
+        CHECK(first - begin < w);
+        CHECK(end - last < w);
+        CHECK(((last - first) > 0 || end - begin < 2 * w));  // a range of two vectors holds one whole
+      }
+}
+
+namespace {
 struct sgd_case {
   const char* name;
   strata::sgd opt;

@@ -69,12 +69,14 @@ result run_blocked(const problem& p, tensor<float>* saved_out = nullptr) {
   result r;
   r.out.resize(p.d_out.size());
   r.dqkv.assign(p.qkv.size(), 0.0f);
-  tensor<float> saved, d_scores;
+  sd::attention_saved<strata::host> saved;
+  tensor<float> d_scores;
   sd::attention_forward(ctx, p.l, p.q(), p.k(), p.v(), saved, r.out.data());
   float* dq = r.dqkv.data();
   sd::attention_backward(ctx, p.l, p.q(), p.k(), p.v(), saved, r.out.data(), p.d_out.data(), dq, dq + p.c.H * p.c.hd,
                          dq + (p.c.H + p.c.H / p.c.group) * p.c.hd, d_scores);
-  if (saved_out) *saved_out = std::move(saved);
+  CHECK(saved.probs.numel() == 0);  // the host keeps no probabilities
+  if (saved_out) *saved_out = std::move(saved.stats);
   CHECK(d_scores.shape() == tensor<float>().shape());  // untouched: no [S, S] scratch either
   return r;
 }

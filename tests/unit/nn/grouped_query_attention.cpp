@@ -162,6 +162,31 @@ TEST_CASE("grouped-query attention backward matches finite differences, accumula
   check_no_allocation(f.a, ctx, x, f.rng);
 }
 
+TEST_CASE("rotary_embedding: q and k in one kernel are rotate(q) and rotate(k), bit for bit; inverse turns back") {
+  std::mt19937 rng(41);
+  context ctx;
+  const nn::rotary_embedding rope{1000000.0f};
+  tensor<float> cos, sin;
+  rope.table(ctx, 7, 16, cos, sin);
+  const auto q0 = random_tensor(shape{2, 7, 4 * 16}, rng), k0 = random_tensor(shape{2, 7, 2 * 16}, rng);
+  const auto copy = [](const tensor<float>& t) {
+    tensor<float> r(t.shape());
+    std::copy_n(t.data(), t.numel(), r.data());
+    return r;
+  };
+  tensor<float> q = copy(q0), k = copy(k0), q2 = copy(q0), k2 = copy(k0);
+  rope.rotate(ctx, q, 4, 16, cos, sin);
+  rope.rotate(ctx, k, 2, 16, cos, sin);
+  rope.rotate(ctx, q2, 4, k2, 2, 16, cos, sin);
+  CHECK(std::equal(q.data(), q.data() + q.numel(), q2.data()));
+  CHECK(std::equal(k.data(), k.data() + k.numel(), k2.data()));
+  rope.rotate(ctx, q2, 4, k2, 2, 16, cos, sin, true);
+  for (std::size_t i = 0; i < q0.numel(); ++i) REQUIRE(std::abs(q2[i] - q0[i]) <= 1e-6f);
+  for (std::size_t i = 0; i < k0.numel(); ++i) REQUIRE(std::abs(k2[i] - k0[i]) <= 1e-6f);
+  tensor<float> short_k(shape{2, 6, 2 * 16});
+  CHECK_THROWS_AS(rope.rotate(ctx, q2, 4, short_k, 2, 16, cos, sin), strata::config_error);
+}
+
 TEST_CASE("grouped-query attention: head counts that do not fit are config errors naming them") {
   CHECK_THROWS_WITH(nn::make_grouped_query_attention(16, 4, 3, 1e4f),
                     strata_test::contains_text("4 query heads do not group evenly over 3"));

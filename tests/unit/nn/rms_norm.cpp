@@ -1,6 +1,10 @@
 // nn::rms_norm against a double reference (rows of very different scales), finite
 // differences for weight and input, += semantics, reuse, and bad shapes.
+#include <strata/nn/residual.hpp>
 #include <strata/nn/rms_norm.hpp>
+#include <strata/space/host_ops.hpp>
+
+#include <cstring>
 
 #include "support.hpp"
 
@@ -89,4 +93,77 @@ TEST_CASE("rms_norm: a mismatched input is a config error naming the layer") {
   const auto x = random_tensor(shape{2, 6}, rng);
   const auto msg = message_of<strata::config_error>([&] { n.forward(ctx, x, y, c); });
   CHECK_CONTAINS(msg, "rms_norm layers.0.input_layernorm: input has 6 features, weight expects 8");
+}
+
+TEST_CASE("rms_norm forward_residual and backward_residual: the bits of add_into with forward and backward") {
+  std::mt19937 rng(33);
+  param_store store;
+  context ctx;
+  auto n = nn::make_rms_norm(48), m = n;
+  store.bind(n.weight, rng, 0.5f, 1.5f);
+  store.bind(m.weight, rng, 0.5f, 1.5f);
+  std::copy_n(n.weight.data(), 48, m.weight.data());
+  const auto x = random_tensor(shape{3, 7, 48}, rng, -2.0f, 2.0f), res = random_tensor(shape{3, 7, 48}, rng);
+  const auto dy = random_tensor(shape{3, 7, 48}, rng), dres = random_tensor(shape{3, 7, 48}, rng);
+  const auto bits = [](const tensor<float>& a, const tensor<float>& b) {
+    return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.numel() * sizeof(float)) == 0;
+  };
+  const auto copy = [](const tensor<float>& t) {
+    tensor<float> r(t.shape());
+    std::copy_n(t.data(), t.numel(), r.data());
+    return r;
+  };
+  // Two passes each, as a decoder layer made them before.
+  tensor<float> h = copy(x), y, dx;
+  nn::rms_norm::cache c;
+  nn::add_into(ctx, h, res);
+  n.forward(ctx, h, y, c);
+  n.backward(ctx, dy, dx, c);
+  nn::add_into(ctx, dx, dres);
+  // One each.
+  tensor<float> h2 = copy(x), y2, dx2;
+  nn::rms_norm::cache c2;
+  m.forward_residual(ctx, h2, res, y2, c2);
+  m.backward_residual(ctx, dy, dres, dx2, c2);
+  CHECK(bits(h, h2));
+  CHECK(bits(y, y2));
+  CHECK(bits(dx, dx2));
+  CHECK(std::memcmp(n.weight.grad(), m.weight.grad(), 48 * sizeof(float)) == 0);
+  CHECK(c2.x == &h2);  // backward's input is the sum
+
+  // In bf16 the sums round once to bf16 before the norm reads them, and the input
+  // gradient twice (the norm's, then with the residual's), as the two passes did.
+  using strata::bf16;
+  namespace d = strata::nn::detail;
+  const std::int64_t rows = 21, dim = 48;
+  std::vector<bf16> hb(x.numel()), rb(x.numel()), yb(x.numel()), hb2, yb2(x.numel()), gb(x.numel()), drb(x.numel()),
+      dxb(x.numel()), dxb2(x.numel());
+  for (std::size_t i = 0; i < x.numel(); ++i) {
+    hb[i] = bf16(x[i]), rb[i] = bf16(res[i]), gb[i] = bf16(dy[i]), drb[i] = bf16(dres[i]);
+  }
+  hb2 = hb;
+  std::vector<float> rstd(rows), rstd2(rows);
+  using ops = strata::ops<strata::host>;
+  const strata::executor<strata::host> exec{};
+  ops::add_into(exec, static_cast<std::int64_t>(hb.size()), hb.data(), rb.data());
+  ops::rows(exec, rows, dim, d::rms_norm_forward_fn<float, bf16>{hb.data(), n.weight.data(), yb.data(), rstd.data(), dim, 1e-6});
+  ops::rows(exec, rows, dim,
+            d::rms_norm_forward_fn<float, bf16, true>{hb2.data(), n.weight.data(), yb2.data(), rstd2.data(), dim, 1e-6,
+                                                      rb.data()});
+  CHECK(std::memcmp(hb.data(), hb2.data(), hb.size() * sizeof(bf16)) == 0);
+  CHECK(std::memcmp(yb.data(), yb2.data(), yb.size() * sizeof(bf16)) == 0);
+  CHECK(rstd == rstd2);
+  ops::rows(exec, rows, dim,
+            d::rms_norm_backward_fn<float, bf16>{hb.data(), gb.data(), n.weight.data(), rstd.data(), dxb.data(), dim});
+  ops::add_into(exec, static_cast<std::int64_t>(dxb.size()), dxb.data(), drb.data());
+  ops::rows(exec, rows, dim,
+            d::rms_norm_backward_fn<float, bf16, true>{hb.data(), gb.data(), n.weight.data(), rstd.data(), dxb2.data(),
+                                                       dim, drb.data()});
+  CHECK(std::memcmp(dxb.data(), dxb2.data(), dxb.size() * sizeof(bf16)) == 0);
+
+  // A residual of another shape is refused, naming the layer.
+  m.weight.name = "layers.1.post_attention_layernorm.weight";
+  const auto other = random_tensor(shape{3, 6, 48}, rng);
+  const auto msg = message_of<strata::config_error>([&] { m.forward_residual(ctx, h2, other, y2, c2); });
+  CHECK_CONTAINS(msg, "rms_norm layers.1.post_attention_layernorm: the residual has shape [3, 6, 48], expected [3, 7, 48]");
 }

@@ -100,6 +100,17 @@ void require_dy(const tensor<T, Space>& dy, const strata::shape& expected, std::
       loc);
 }
 
+// A second operand (a residual, say) of x's shape.
+template <class T, class Space>
+void require_same_shape(const tensor<T, Space>& x, const tensor<T, Space>& other, std::string_view kind,
+                        const std::string& owner, std::string_view what,
+                        const std::source_location loc = std::source_location::current()) {
+  expects<config_error>(
+      x.shape() == other.shape(),
+      [&] { return strata::cat(label(kind, owner), ": ", what, " has shape ", other.shape(), ", expected ", x.shape()); },
+      loc);
+}
+
 inline void require_forward_ran(const void* input, std::string_view kind, const std::string& owner,
                                 const std::source_location loc = std::source_location::current()) {
   expects<config_error>(
