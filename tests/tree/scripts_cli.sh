@@ -6,13 +6,13 @@
 set -uo pipefail
 root=$1
 failed=0
-for s in test deps format gpu-check demo plot test-system launch bench; do
+for s in test deps format gpu-check demo plot test-system launch bench cudnn-headers; do
   out=$("$root/scripts/$s" --help 2>&1)
   rc=$?
   if [ $rc != 0 ] || ! grep -q "usage: scripts/$s" <<<"$out"; then echo "FAILED: $s --help: exit $rc: $out"; failed=1; fi
 done
 # demo passes its options on to the qwen2 program, which answers them after the build.
-for s in test deps format gpu-check plot test-system launch bench; do
+for s in test deps format gpu-check plot test-system launch bench cudnn-headers; do
   out=$("$root/scripts/$s" --no-such-option 2>&1)
   rc=$?
   if [ $rc != 2 ] || ! grep -q "usage: scripts/$s" <<<"$out" || [ "$(grep -ci "no-such-option" <<<"$out")" != 1 ]; then
@@ -21,7 +21,7 @@ for s in test deps format gpu-check plot test-system launch bench; do
   fi
 done
 for args in "test extra" "gpu-check results --build-only" "deps --mlflow --conan" "test-system" "test-system debian12" \
-  "test-system debian13 extra" "bench extra" "bench --host-only --device-only"; do
+  "test-system debian13 extra" "bench extra" "bench --host-only --device-only" "cudnn-headers a b"; do
   # shellcheck disable=SC2086
   out=$("$root/scripts/"$args 2>&1)
   rc=$?
@@ -39,5 +39,5 @@ if [ $rc != 1 ] || ! grep -q "Fedora Linux 41" <<<"$out" || ! grep -q "Debian 12
   echo "FAILED: deps on Fedora 41: exit $rc: $out"
   failed=1
 fi
-[ $failed = 0 ] && echo "scripts: 9 commands answer --help (0), 8 a bad option (2); deps refuses a system it does not know"
+[ $failed = 0 ] && echo "scripts: 10 commands answer --help (0), 9 a bad option (2); deps refuses a system it does not know"
 exit $failed
