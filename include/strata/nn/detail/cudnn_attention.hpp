@@ -84,7 +84,16 @@ class cudnn_attention {
     const key k{device, std::is_same_v<T, bf16>, l.B, l.S, l.H, l.hd, l.group, l.ldq, l.q_head, l.ldkv, l.kv_head};
     const std::lock_guard<std::mutex> lock(mutex_);
     auto it = plans_.find(k);
-    if (it == plans_.end()) it = plans_.emplace(k, build<T>(l, handle(device))).first;
+    if (it == plans_.end()) {
+      plans p;
+      try {
+        p = build<T>(l, handle(device));
+      } catch (const std::exception& e) {  // the frontend throws where its own loading fails
+        std::fprintf(stderr, "strata: cuDNN's fused attention failed to build (%s); attention runs unfused\n",
+                     e.what());
+      }
+      it = plans_.emplace(k, std::move(p)).first;
+    }
     return it->second.forward ? &it->second : nullptr;
   }
 
