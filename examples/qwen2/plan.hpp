@@ -129,10 +129,10 @@ inline nlohmann::json plan_json(const run_options& o, const examples::loop_optio
       auto m = strata::models::make_qwen2(o.model, 0, l.tp);
       std::pair<std::size_t, std::size_t> layers;
       strata::plan_memory(m, l, s, 0, &layers);  // this stage's layers first
-      const std::size_t act = activation_bytes(o.model, rows, static_cast<std::size_t>(o.seq), l.tp, layers.first,
-                                               layers.second, slots_in_use(l.pp, s, opts.micro_batches, pol.schedule),
-                                               device, !opts.recompute.empty(), device && l.mixed ? 2 : 4,
-                                               device && l.mixed && strata::nn::fused_attention_built);
+      const std::size_t act =
+          activation_bytes(o.model, rows, static_cast<std::size_t>(o.seq), l.tp, layers.first, layers.second,
+                           slots_in_use(l.pp, s, opts.micro_batches, pol.schedule), device, !opts.recompute.empty(),
+                           device && l.mixed ? 2 : 4, device && l.mixed && strata::nn::fused_attention_built);
       const strata::memory_report planned = strata::plan_memory(m, l, s, act);
       auto r = planned.to_json();
       r["layers"] = {layers.first, layers.second};

@@ -854,22 +854,26 @@ TEST_CASE("fused attention (cuDNN, bf16): the host's blocked attention, the same
     std::int64_t B, S, H, KV, hd;
     bool interleaved;
   };
-  for (const auto& c : {case_t{2, 100, 4, 2, 64, false}, case_t{3, 77, 14, 2, 64, false}, case_t{2, 128, 3, 3, 64, true}}) {
+  for (const auto& c :
+       {case_t{2, 100, 4, 2, 64, false}, case_t{3, 77, 14, 2, 64, false}, case_t{2, 128, 3, 3, 64, true}}) {
     INFO("B " << c.B << " S " << c.S << " heads " << c.H << " over " << c.KV << " hd " << c.hd
               << (c.interleaved ? " q|k|v interleaved" : ""));
     const d::attention_layout l =
         c.interleaved ? d::attention_layout{c.B, c.S, c.H, c.hd, 1, 3 * c.H * c.hd, 3 * c.hd, 3 * c.H * c.hd, 3 * c.hd}
                       : d::attention_layout{c.B, c.S, c.H, c.hd, c.H / c.KV, c.H * c.hd, c.hd, c.KV * c.hd, c.hd};
     // q, k, v as one buffer: [B, S, 3 H hd] interleaved per head, or q, k, v one after another.
-    const std::size_t nq = static_cast<std::size_t>(c.B * c.S * l.ldq), nkv = static_cast<std::size_t>(c.B * c.S * l.ldkv);
+    const std::size_t nq = static_cast<std::size_t>(c.B * c.S * l.ldq),
+                      nkv = static_cast<std::size_t>(c.B * c.S * l.ldkv);
     const std::size_t n_in = c.interleaved ? nq : nq + 2 * nkv, n_out = static_cast<std::size_t>(c.B * c.S * l.ldo());
     const std::size_t k_at = c.interleaved ? static_cast<std::size_t>(c.hd) : nq;
     const std::size_t v_at = c.interleaved ? static_cast<std::size_t>(2 * c.hd) : nq + nkv;
     std::mt19937 rng(101);
     std::vector<strata::bf16> in16(n_in), dout16(n_out);
     std::vector<float> in(n_in), dout(n_out);
-    for (std::size_t i = 0; i < n_in; ++i) in[i] = in16[i] = strata::bf16(std::normal_distribution<float>(0.0f, 1.0f)(rng));
-    for (std::size_t i = 0; i < n_out; ++i) dout[i] = dout16[i] = strata::bf16(std::normal_distribution<float>(0.0f, 1.0f)(rng));
+    for (std::size_t i = 0; i < n_in; ++i)
+      in[i] = in16[i] = strata::bf16(std::normal_distribution<float>(0.0f, 1.0f)(rng));
+    for (std::size_t i = 0; i < n_out; ++i)
+      dout[i] = dout16[i] = strata::bf16(std::normal_distribution<float>(0.0f, 1.0f)(rng));
     // The host in fp32.
     host_ctx hctx;
     std::vector<float> hout(n_out), hlse(static_cast<std::size_t>(c.B * c.H * c.S)), hgrad(n_in, 0.0f);

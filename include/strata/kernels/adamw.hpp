@@ -6,8 +6,8 @@
 
 #include "../core/config.hpp"
 #include "rounding.hpp"
-#include "vector_access.hpp"
 #include "scalar_math.hpp"
+#include "vector_access.hpp"
 
 namespace strata::kernels {
 

@@ -36,9 +36,8 @@ struct rms_norm_forward_fn {
     if constexpr (Residual) {
       T* hr = const_cast<T*>(xr);  // the caller's own tensor (rms_norm::forward_residual)
       const T* rr = res + r * d;
-      row.for_each(d, [&](std::int64_t j) {
-        hr[j] = round_to<T>(static_cast<float>(hr[j]) + static_cast<float>(rr[j]));
-      });
+      row.for_each(d,
+                   [&](std::int64_t j) { hr[j] = round_to<T>(static_cast<float>(hr[j]) + static_cast<float>(rr[j])); });
     }
     const double ms = row.sum(d, [&](std::int64_t j) {
       const float xj = static_cast<float>(xr[j]);
@@ -178,10 +177,10 @@ struct rms_norm {
     dx.resize(x.shape());
     using ops = ops_of<Ctx>;
     const auto exec = exec_of(ctx);
-    ops::rows(exec, rows, d,
-              detail::rms_norm_backward_fn<weight_of<Ctx>, activation_of<Ctx>, Residual>{
-                  x.data(), dy.data(), weights_of<Ctx>(weight), c.rstd.data(), dx.data(), d,
-                  res ? res->data() : nullptr});
+    ops::rows(
+        exec, rows, d,
+        detail::rms_norm_backward_fn<weight_of<Ctx>, activation_of<Ctx>, Residual>{
+            x.data(), dy.data(), weights_of<Ctx>(weight), c.rstd.data(), dx.data(), d, res ? res->data() : nullptr});
     ops::add_column_sums(exec, rows, d,
                          detail::rms_norm_weight_term<activation_of<Ctx>>{dy.data(), x.data(), c.rstd.data(), d},
                          weight.grad());

@@ -113,9 +113,9 @@ struct rotary_embedding {
       return strata::cat("rotary_embedding: q ", q.shape(), " of ", heads, " heads and k ", k.shape(), " of ", kv_heads,
                          " heads of ", hd, " elements do not have the same rows");
     });
-    ops_of<Ctx>::rows(exec_of(ctx), rows, (heads + kv_heads) * hd,
-                      detail::rotary_fn<T, C>{q.data(), cos.data(), sin.data(), S, heads, hd, inverse, k.data(),
-                                              kv_heads});
+    ops_of<Ctx>::rows(
+        exec_of(ctx), rows, (heads + kv_heads) * hd,
+        detail::rotary_fn<T, C>{q.data(), cos.data(), sin.data(), S, heads, hd, inverse, k.data(), kv_heads});
   }
 };
 

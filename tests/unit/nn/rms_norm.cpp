@@ -146,7 +146,8 @@ TEST_CASE("rms_norm forward_residual and backward_residual: the bits of add_into
   using ops = strata::ops<strata::host>;
   const strata::executor<strata::host> exec{};
   ops::add_into(exec, static_cast<std::int64_t>(hb.size()), hb.data(), rb.data());
-  ops::rows(exec, rows, dim, d::rms_norm_forward_fn<float, bf16>{hb.data(), n.weight.data(), yb.data(), rstd.data(), dim, 1e-6});
+  ops::rows(exec, rows, dim,
+            d::rms_norm_forward_fn<float, bf16>{hb.data(), n.weight.data(), yb.data(), rstd.data(), dim, 1e-6});
   ops::rows(exec, rows, dim,
             d::rms_norm_forward_fn<float, bf16, true>{hb2.data(), n.weight.data(), yb2.data(), rstd2.data(), dim, 1e-6,
                                                       rb.data()});
@@ -165,5 +166,6 @@ TEST_CASE("rms_norm forward_residual and backward_residual: the bits of add_into
   m.weight.name = "layers.1.post_attention_layernorm.weight";
   const auto other = random_tensor(shape{3, 6, 48}, rng);
   const auto msg = message_of<strata::config_error>([&] { m.forward_residual(ctx, h2, other, y2, c2); });
-  CHECK_CONTAINS(msg, "rms_norm layers.1.post_attention_layernorm: the residual has shape [3, 6, 48], expected [3, 7, 48]");
+  CHECK_CONTAINS(msg,
+                 "rms_norm layers.1.post_attention_layernorm: the residual has shape [3, 6, 48], expected [3, 7, 48]");
 }

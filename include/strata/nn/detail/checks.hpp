@@ -107,7 +107,9 @@ void require_same_shape(const tensor<T, Space>& x, const tensor<T, Space>& other
                         const std::source_location loc = std::source_location::current()) {
   expects<config_error>(
       x.shape() == other.shape(),
-      [&] { return strata::cat(label(kind, owner), ": ", what, " has shape ", other.shape(), ", expected ", x.shape()); },
+      [&] {
+        return strata::cat(label(kind, owner), ": ", what, " has shape ", other.shape(), ", expected ", x.shape());
+      },
       loc);
 }
 

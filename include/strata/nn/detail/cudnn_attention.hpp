@@ -24,11 +24,11 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <cudnn_frontend.h>
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cudnn_frontend.h>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -164,8 +164,9 @@ class cudnn_attention {
     const float scale = attention_scale(l.hd);
     const auto graph = [&] {
       auto g = std::make_shared<fe::graph::Graph>();
-      g->set_io_data_type(io).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(
-          fe::DataType_t::FLOAT);
+      g->set_io_data_type(io)
+          .set_intermediate_data_type(fe::DataType_t::FLOAT)
+          .set_compute_data_type(fe::DataType_t::FLOAT);
       return g;
     };
     const auto stats_attributes = [&](fe::graph::Tensor_attributes a) {
@@ -213,8 +214,7 @@ class cudnn_attention {
         return plans{};
       }
     }
-    if (!f->get_workspace_size(p.forward_workspace).is_good() ||
-        !b->get_workspace_size(p.backward_workspace).is_good())
+    if (!f->get_workspace_size(p.forward_workspace).is_good() || !b->get_workspace_size(p.backward_workspace).is_good())
       return plans{};
     p.forward = std::move(f);
     p.backward = std::move(b);
@@ -250,20 +250,23 @@ inline void cudnn_attention_execute(const executor<cuda>& exec, fe::graph::Graph
 // out and lse [B, H, S] (float) from q, k, v; false (nothing written) where the fused
 // path is off for this layout.
 template <class T>
-bool cudnn_attention_forward(const executor<cuda>& exec, const attention_layout& l, const T* q, const T* k,
-                             const T* v, float* lse, T* out) {
+bool cudnn_attention_forward(const executor<cuda>& exec, const attention_layout& l, const T* q, const T* k, const T* v,
+                             float* lse, T* out) {
   const auto* p = cudnn_attention::instance().find<T>(l);
   if (!p) return false;
-  std::unordered_map<std::int64_t, void*> pack{
-      {q_uid, const_cast<T*>(q)}, {k_uid, const_cast<T*>(k)}, {v_uid, const_cast<T*>(v)}, {o_uid, out}, {stats_uid, lse}};
+  std::unordered_map<std::int64_t, void*> pack{{q_uid, const_cast<T*>(q)},
+                                               {k_uid, const_cast<T*>(k)},
+                                               {v_uid, const_cast<T*>(v)},
+                                               {o_uid, out},
+                                               {stats_uid, lse}};
   cudnn_attention_execute(exec, *p->forward, p->handle, p->forward_workspace, pack, "forward");
   return true;
 }
 
 // dq, dk, dv (written) from the forward's out and lse; false where the fused path is off.
 template <class T>
-bool cudnn_attention_backward(const executor<cuda>& exec, const attention_layout& l, const T* q, const T* k,
-                              const T* v, const float* lse, const T* out, const T* d_out, T* dq, T* dk, T* dv) {
+bool cudnn_attention_backward(const executor<cuda>& exec, const attention_layout& l, const T* q, const T* k, const T* v,
+                              const float* lse, const T* out, const T* d_out, T* dq, T* dk, T* dv) {
   const auto* p = cudnn_attention::instance().find<T>(l);
   if (!p) return false;
   std::unordered_map<std::int64_t, void*> pack{{q_uid, const_cast<T*>(q)},

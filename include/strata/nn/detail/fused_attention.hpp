@@ -64,8 +64,8 @@ void fused_attention_forward(Ctx& ctx, const attention_layout& l, const T* q, co
 
 // dq, dk, dv (written) from what fused_attention_forward saved.
 template <class Ctx, class T>
-void fused_attention_backward(Ctx& ctx, const attention_layout& l, const T* q, const T* k, const T* v,
-                              const float* lse, const T* out, const T* d_out, T* dq, T* dk, T* dv) {
+void fused_attention_backward(Ctx& ctx, const attention_layout& l, const T* q, const T* k, const T* v, const float* lse,
+                              const T* out, const T* d_out, T* dq, T* dk, T* dv) {
 #if STRATA_FUSED_ATTENTION
   if constexpr (fusable_attention<Ctx, T>) {
     expects(cudnn_attention_backward(exec_of(ctx), l, q, k, v, lse, out, d_out, dq, dk, dv),
