@@ -21,8 +21,9 @@ bool aligned_for(const T* p) noexcept {
   return reinterpret_cast<std::uintptr_t>(p) % (sizeof(T) * N) == 0;
 }
 
-// The whole vectors of width w inside [begin, end): [first, last), multiples of w; the
-// ragged head [begin, first) and tail [last, end) hold fewer than w elements each.
+// The whole vectors of width w inside [begin, end): [first, last), multiples of w (or
+// both end, when none fits); the ragged head [begin, first) and tail [last, end) hold
+// fewer than w elements each.
 struct vector_span {
   std::size_t first, last;
 };

@@ -75,7 +75,8 @@ result run_blocked(const problem& p, tensor<float>* saved_out = nullptr) {
   float* dq = r.dqkv.data();
   sd::attention_backward(ctx, p.l, p.q(), p.k(), p.v(), saved, r.out.data(), p.d_out.data(), dq, dq + p.c.H * p.c.hd,
                          dq + (p.c.H + p.c.H / p.c.group) * p.c.hd, d_scores);
-  CHECK(saved.probs.numel() == 0);  // the host keeps no probabilities
+  CHECK(saved.probs.capacity() == 0);  // the host keeps no probabilities
+  CHECK_FALSE(saved.fused);
   if (saved_out) *saved_out = std::move(saved.stats);
   CHECK(d_scores.shape() == tensor<float>().shape());  // untouched: no [S, S] scratch either
   return r;

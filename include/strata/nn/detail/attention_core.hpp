@@ -110,6 +110,7 @@ template <class Space, class T = float>
 struct attention_saved {
   tensor<float, Space> stats;
   tensor<T, Space> probs;
+  bool fused = false;  // a GPU's forward ran fused: backward must too
 };
 
 // probs [B, H, S, S] = causal softmax(q k^T / sqrt(hd)); out [B, S, H hd] = probs v. A
@@ -245,7 +246,8 @@ void attention_forward(Ctx& ctx, const attention_layout& l, const T* q, const T*
                        attention_saved<space_of<Ctx>, T>& saved, T* out,
                        tensor<float, space_of<Ctx>>* scores = nullptr) {
   if constexpr (ops_of<Ctx>::prefers_batched) {
-    if (fused_attention_takes<T>(ctx, l)) {
+    saved.fused = fused_attention_takes<T>(ctx, l);
+    if (saved.fused) {
       saved.probs = {};
       saved.stats.resize(shape{l.B, l.H, l.S});
       fused_attention_forward(ctx, l, q, k, v, saved.stats.data(), out);
@@ -268,7 +270,7 @@ void attention_backward(Ctx& ctx, const attention_layout& l, const T* q, const T
                         const attention_saved<space_of<Ctx>, T>& saved, const T* out, const T* d_out, T* dq, T* dk,
                         T* dv, tensor<float, space_of<Ctx>>& d_scores, tensor<T, space_of<Ctx>>* ds_scratch = nullptr) {
   if constexpr (ops_of<Ctx>::prefers_batched) {
-    if (saved.probs.numel() == 0) {
+    if (saved.fused) {
       fused_attention_backward(ctx, l, q, k, v, saved.stats.data(), out, d_out, dq, dk, dv);
       return;
     }

@@ -74,7 +74,7 @@ void fused_attention_backward(Ctx& ctx, const attention_layout& l, const T* q, c
   }
 #endif
   (void)ctx, (void)l, (void)q, (void)k, (void)v, (void)lse, (void)out, (void)d_out, (void)dq, (void)dk, (void)dv;
-  throw error("attention: backward has neither the probabilities nor a fused form (did forward run?)");
+  throw error("attention: the fused form is not in this build (a forward took it?)");
 }
 
 }  // namespace strata::nn::detail
