@@ -29,8 +29,9 @@ struct causal_self_attention {
     column_parallel_linear::cache<Space, Act> qkv;
     row_parallel_linear::cache<Space, Act> proj;
     tensor<Act, Space> qkv_out;  // [B, S, 3 D/T]: per head q, k, v side by side
-    // What backward needs of the softmax (attention_core.hpp): the probabilities [B, H/T,
-    // S, S] as Act on a GPU, each row's log-sum-exp [B, H/T, S] in float on the host.
+    // What backward needs of the softmax (attention_core.hpp): each row's log-sum-exp
+    // [B, H/T, S] in float (the host; a GPU's fused attention), or the probabilities
+    // [B, H/T, S, S] as Act (a GPU's unfused GEMMs).
     detail::attention_saved<Space, Act> saved;
     tensor<Act, Space> attended;  // [B, S, D/T]: heads' outputs, the projection's input
     tensor<Act, Space> d_attended, d_qkv;
