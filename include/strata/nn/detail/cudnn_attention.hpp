@@ -97,9 +97,6 @@ class cudnn_attention {
     return it->second.forward ? &it->second : nullptr;
   }
 
-  // The workspace the plans of every shape so far need at most (bytes), for the plan.
-  std::int64_t largest_workspace() const noexcept { return largest_workspace_; }
-
   cudnn_attention(const cudnn_attention&) = delete;
   cudnn_attention& operator=(const cudnn_attention&) = delete;
 
@@ -219,7 +216,6 @@ class cudnn_attention {
     p.forward = std::move(f);
     p.backward = std::move(b);
     p.handle = h;
-    largest_workspace_ = std::max({largest_workspace_, p.forward_workspace, p.backward_workspace});
     return p;
   }
 
@@ -229,7 +225,6 @@ class cudnn_attention {
   std::mutex mutex_;
   std::map<int, cudnnHandle_t> handles_;
   std::map<key, plans> plans_;
-  std::int64_t largest_workspace_ = 0;
 };
 
 // Runs one plan on exec's stream with its workspace from exec's scratch (own scratch,
