@@ -25,7 +25,6 @@
 #include <dlfcn.h>
 
 #include <cudnn_frontend.h>
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
