@@ -14,6 +14,7 @@
 #include <strata/nn/position_embedding.hpp>
 #include <strata/nn/residual.hpp>
 #include <strata/nn/tp/all.hpp>
+#include <strata/space/call_scratch.hpp>
 #include <strata/train/batch.hpp>
 #include <vector>
 
@@ -64,6 +65,12 @@ struct block {
   strata::nn::gelu act;
   strata::nn::row_parallel_linear fc2;  // [D, 4D/T]
 
+  // The gradients live only within backward: one set serves every block (a trainer
+  // lends it through the context; see strata::call_scratch).
+  template <class Space, class Act = float>
+  struct scratch {
+    strata::tensor<Act, Space> dg, du, dh2, dx1, dh1;
+  };
   template <class Space, class Act = float>
   struct cache {
     strata::nn::layer_norm::cache<Space, Act> ln1, ln2;
@@ -71,8 +78,8 @@ struct block {
     strata::nn::column_parallel_linear::cache<Space, Act> fc1;
     strata::nn::gelu::cache<Space, Act> act;
     strata::nn::row_parallel_linear::cache<Space, Act> fc2;
-    strata::tensor<Act, Space> h1, x1, h2, u, g;       // forward intermediates
-    strata::tensor<Act, Space> dg, du, dh2, dx1, dh1;  // their gradients
+    strata::tensor<Act, Space> h1, x1, h2, u, g;  // forward intermediates
+    strata::call_scratch<scratch<Space, Act>> work;
   };
   template <class Ctx>
   void forward(Ctx& ctx, const strata::tensor_for<Ctx>& x, strata::tensor_for<Ctx>& y,
@@ -94,18 +101,19 @@ struct block {
   template <class Ctx>
   void backward(Ctx& ctx, const strata::tensor_for<Ctx>& dy, strata::tensor_for<Ctx>& dx,
                 cache<strata::space_of<Ctx>, strata::activation_of<Ctx>>& c) {
+    auto& w = strata::scratch_of(ctx, c.work);
     {
       strata::trace_scope part(strata::trace_track::compute, "mlp backward");
-      fc2.backward(ctx, dy, c.dg, c.fc2);
-      act.backward(ctx, c.dg, c.du, c.act);
-      fc1.backward(ctx, c.du, c.dh2, c.fc1);
-      ln2.backward(ctx, c.dh2, c.dx1, c.ln2);
-      strata::nn::add_into(ctx, c.dx1, dy);
+      fc2.backward(ctx, dy, w.dg, c.fc2);
+      act.backward(ctx, w.dg, w.du, c.act);
+      fc1.backward(ctx, w.du, w.dh2, c.fc1);
+      ln2.backward(ctx, w.dh2, w.dx1, c.ln2);
+      strata::nn::add_into(ctx, w.dx1, dy);
     }
     strata::trace_scope part(strata::trace_track::compute, "attn backward");
-    attn.backward(ctx, c.dx1, c.dh1, c.attn);
-    ln1.backward(ctx, c.dh1, dx, c.ln1);
-    strata::nn::add_into(ctx, dx, c.dx1);
+    attn.backward(ctx, w.dx1, w.dh1, c.attn);
+    ln1.backward(ctx, w.dh1, dx, c.ln1);
+    strata::nn::add_into(ctx, dx, w.dx1);
   }
 };
 

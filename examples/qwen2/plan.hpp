@@ -19,12 +19,13 @@ namespace qwen2 {
 
 // The bytes the layers [first, end) of the model (embedding 0, decoder layers 1..L, norm
 // L + 1, the head with its loss L + 2) hold over a step: per schedule slot in use, each layer's
-// output and cache (what its backward reads and the gradients it makes inside); once, the
-// gradients between layers and the last stage's targets. rows is a micro-batch's. With
-// recompute a decoder layer keeps its output only, and one scratch cache (with the output
-// made again) serves them all. Activations take act bytes each (2 on a GPU in mixed
-// precision, 4 otherwise); ids, targets and per-row statistics are floats (f), the
-// loss's row sums doubles.
+// output and cache (what its backward reads); once, the gradients between layers, the
+// last stage's targets, and the tensors a decoder layer uses only within one call (the
+// gradients inside it, a GPU's score blocks: the trainer's one set for every layer,
+// space/call_scratch.hpp). rows is a micro-batch's. With recompute a decoder layer keeps
+// its output only, and one scratch cache (with the output made again) serves them all.
+// Activations take act bytes each (2 on a GPU in mixed precision, 4 otherwise); ids,
+// targets and per-row statistics are floats (f), the loss's row sums doubles.
 inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::size_t rows, std::size_t seq, int tp,
                                     std::size_t first, std::size_t end, std::size_t slots, bool device, bool recompute,
                                     std::size_t act = 4, bool fused = false) {
@@ -40,34 +41,39 @@ inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::
   // few 64 x 64 blocks per thread, not counted; cuDNN's deterministic backward borrows a
   // workspace of the scores' gradient, [rows, H, seq, seq] rounded up to its 64 x 64
   // tiles in 16 bits (the cudnn-frontend's own count), once. A GPU's unfused attention
-  // keeps the probabilities, [rows, H, seq, seq], with scratch batching the heads of a
-  // batch row (no grouping) or the batch rows of a head: the scores and their gradient in
-  // float, and with 16-bit activations the gradient again as their type (the GEMMs'
+  // keeps the probabilities, [rows, H, seq, seq], with call scratch batching the heads of
+  // a batch row (no grouping) or the batch rows of a head: the scores and their gradient
+  // in float, and with 16-bit activations the gradient again as their type (the GEMMs'
   // operand) and, for grouped heads, the float sums of dk and dv over a group.
   const std::size_t inner = H == KV && H >= rows ? H : rows, tiles = (seq + 63) / 64 * 64;
-  std::size_t softmax = rows * H * seq * f, workspace = 0;
+  std::size_t softmax = rows * H * seq * f, scores = 0, workspace = 0;
   if (device && fused) {
     workspace = rows * H * tiles * tiles * 2;
   } else if (device) {
-    softmax = rows * H * seq * seq * act + inner * seq * seq * f;
-    if (act != f) softmax += inner * seq * seq * act + (H != KV ? 2 * inner * seq * hd * f : 0);
+    softmax = rows * H * seq * seq * act;
+    scores = inner * seq * seq * f;
+    if (act != f) scores += inner * seq * seq * act + (H != KV ? 2 * inner * seq * hd * f : 0);
   }
-  std::size_t per_slot = 0, shared = 0, scratch = 0;  // bytes
+  std::size_t per_slot = 0, shared = 0, scratch = 0, call = 0;  // bytes
   for (std::size_t l = first; l < end; ++l) {
     if (l == 0) {  // embedding: output; its "input gradient" has the ids' shape
       per_slot += N * D * act;
       shared += N * f;
-    } else if (l <= L) {                                              // decoder layer
-      const std::size_t attention = N * H * hd * 4 * act              // q, attended, d_attended, dq
-                                    + N * KV * hd * 4 * act           // k, v, dk, dv
-                                    + seq * hd * f                    // cos, sin
-                                    + softmax                         // see above
-                                    + N * D * 2 * act + N * f;        // dx_k, dx_v; the norm's rstd
-      const std::size_t mlp = N * I * 6 * act + N * D * act + N * f;  // gate, up, h and their gradients; dx_up; rstd
-      const std::size_t cache = attention + mlp + N * D * 6 * act;    // and n1, h, n2 and their gradients
-      per_slot += N * D * act + (recompute ? 0 : cache);              // the output, and the cache
+    } else if (l <= L) {                                            // decoder layer
+      const std::size_t attention = N * H * hd * 2 * act            // q, attended
+                                    + N * KV * hd * 2 * act         // k, v
+                                    + seq * hd * f                  // cos, sin
+                                    + softmax                       // see above
+                                    + N * f;                        // the norm's rstd
+      const std::size_t mlp = N * I * 3 * act + N * f;              // gate, up, h; rstd
+      const std::size_t cache = attention + mlp + N * D * 3 * act;  // and n1, h, n2
+      per_slot += N * D * act + (recompute ? 0 : cache);            // the output, and the cache
       shared += N * D * act;
       if (recompute) scratch = cache + N * D * act;
+      // Within one call: the layer's dn2, dh, dn1; attention's d_attended, dq, dk, dv,
+      // dx_k, dx_v and score blocks; the MLP's dh, d_gate, d_up, dx_up.
+      call =
+          N * D * 3 * act + (N * H * hd * 2 + N * KV * hd * 2 + N * D * 2) * act + scores + (N * I * 3 + N * D) * act;
     } else if (l == L + 1) {  // final norm
       per_slot += N * D * act + N * f;
       shared += N * D * act;
@@ -84,7 +90,7 @@ inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::
   // gradient a later stage sends back.
   per_slot += first == 0 ? N * f : N * D * act;
   if (end != L + 3) shared += N * D * act;
-  return per_slot * slots + shared + scratch + workspace;
+  return per_slot * slots + shared + scratch + call + workspace;
 }
 
 // Schedule slots a stage keeps: one without a pipeline, K with GPipe, pp - stage with 1F1B.

@@ -10,6 +10,7 @@
 #include "core/trace.hpp"
 #include "version.hpp"
 
+#include "space/call_scratch.hpp"
 #include "space/host.hpp"
 #include "space/host_ops.hpp"
 #include "space/host_threads.hpp"

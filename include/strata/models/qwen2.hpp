@@ -19,6 +19,7 @@
 #include "../nn/swiglu.hpp"
 #include "../nn/tp/linear_cross_entropy.hpp"
 #include "../nn/tp/vocab_parallel_embedding.hpp"
+#include "../space/call_scratch.hpp"
 
 namespace strata::models {
 
@@ -232,12 +233,16 @@ struct qwen2_decoder_layer {
   nn::swiglu_mlp mlp;
 
   template <class Space, class Act = float>
+  struct scratch {  // the gradients of n2, h and n1, within backward (call_scratch.hpp)
+    tensor<Act, Space> dn2, dh, dn1;
+  };
+  template <class Space, class Act = float>
   struct cache {
     nn::rms_norm::cache<Space, Act> input_layernorm, post_attention_layernorm;
     nn::grouped_query_attention::cache<Space, Act> self_attn;
     nn::swiglu_mlp::cache<Space, Act> mlp;
-    tensor<Act, Space> n1, h, n2;     // forward intermediates
-    tensor<Act, Space> dn2, dh, dn1;  // their gradients
+    tensor<Act, Space> n1, h, n2;  // forward intermediates
+    call_scratch<scratch<Space, Act>> work;
   };
 
   template <class Ctx>
@@ -257,15 +262,16 @@ struct qwen2_decoder_layer {
   }
   template <class Ctx>
   void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>, activation_of<Ctx>>& c) {
+    auto& w = scratch_of(ctx, c.work);
     {
       trace_scope part(trace_track::compute, "mlp backward");
-      mlp.backward(ctx, dy, c.dn2, c.mlp);
+      mlp.backward(ctx, dy, w.dn2, c.mlp);
       // The norm's gradient and the residual's (dy) in one kernel.
-      post_attention_layernorm.backward_residual(ctx, c.dn2, dy, c.dh, c.post_attention_layernorm);
+      post_attention_layernorm.backward_residual(ctx, w.dn2, dy, w.dh, c.post_attention_layernorm);
     }
     trace_scope part(trace_track::compute, "attn backward");
-    self_attn.backward(ctx, c.dh, c.dn1, c.self_attn);
-    input_layernorm.backward_residual(ctx, c.dn1, c.dh, dx, c.input_layernorm);
+    self_attn.backward(ctx, w.dh, w.dn1, c.self_attn);
+    input_layernorm.backward_residual(ctx, w.dn1, w.dh, dx, c.input_layernorm);
   }
 };
 

@@ -6,6 +6,7 @@
 
 #include "../core/config.hpp"
 #include "../model/param.hpp"
+#include "../space/call_scratch.hpp"
 #include "../space/tensor.hpp"
 #include "detail/attention_core.hpp"
 #include "detail/checks.hpp"
@@ -24,6 +25,17 @@ struct causal_self_attention {
   row_parallel_linear proj;    // [D, D/T] (+ bias [D], replicated)
   int heads = 0;               // all heads, over every rank
 
+  // What one call uses and leaves (call_scratch.hpp): backward's gradients, and a GPU's
+  // scratch for one step of the walk's pairs, [inner, S, S] (attention_core.hpp): float
+  // scores (before the softmax, 16-bit Act only; in backward their gradient, which a float
+  // Act turns into the scores' gradient in place), and with 16-bit Act the scores'
+  // gradient as Act, the GEMMs' operand.
+  template <class Space = host, class Act = float>
+  struct scratch {
+    tensor<Act, Space> d_attended, d_qkv;
+    tensor<float, Space> d_scores;
+    tensor<Act, Space> d_scores_act;
+  };
   template <class Space = host, class Act = float>
   struct cache {
     column_parallel_linear::cache<Space, Act> qkv;
@@ -34,13 +46,7 @@ struct causal_self_attention {
     // [B, H/T, S, S] as Act (a GPU's unfused GEMMs).
     detail::attention_saved<Space, Act> saved;
     tensor<Act, Space> attended;  // [B, S, D/T]: heads' outputs, the projection's input
-    tensor<Act, Space> d_attended, d_qkv;
-    // A GPU's scratch for one step of the walk's pairs, [inner, S, S] (attention_core.hpp):
-    // float scores (before the softmax, 16-bit Act only; in backward their gradient, which
-    // a float Act turns into the scores' gradient in place), and with 16-bit Act the scores'
-    // gradient as Act, the GEMMs' operand.
-    tensor<float, Space> d_scores;
-    tensor<Act, Space> d_scores_act;
+    call_scratch<scratch<Space, Act>> work;
   };
 
   int local_heads() const noexcept { return qkv.tp_size > 0 ? heads / qkv.tp_size : 0; }
@@ -57,7 +63,8 @@ struct causal_self_attention {
     const detail::attention_layout l = layout(x);
     c.attended.resize(shape{l.B, l.S, l.ldo()});
     const activation_of<Ctx>* q = c.qkv_out.data();
-    detail::attention_forward(ctx, l, q, q + l.hd, q + 2 * l.hd, c.saved, c.attended.data(), &c.d_scores);
+    detail::attention_forward(ctx, l, q, q + l.hd, q + 2 * l.hd, c.saved, c.attended.data(),
+                              &scratch_of(ctx, c.work).d_scores);
     proj.forward(ctx, c.attended, y, c.proj);
   }
 
@@ -65,14 +72,15 @@ struct causal_self_attention {
   void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>, activation_of<Ctx>>& c) {
     detail::require_forward_ran(c.qkv.x, kind, qkv.weight.name);
     detail::require_distinct(&dy, &dx, kind, qkv.weight.name);
-    proj.backward(ctx, dy, c.d_attended, c.proj);
+    auto& w = scratch_of(ctx, c.work);
+    proj.backward(ctx, dy, w.d_attended, c.proj);
     const detail::attention_layout l = layout(*c.qkv.x);
-    c.d_qkv.resize(c.qkv_out.shape());
+    w.d_qkv.resize(c.qkv_out.shape());
     const activation_of<Ctx>* q = c.qkv_out.data();
-    activation_of<Ctx>* dq = c.d_qkv.data();
-    detail::attention_backward(ctx, l, q, q + l.hd, q + 2 * l.hd, c.saved, c.attended.data(), c.d_attended.data(), dq,
-                               dq + l.hd, dq + 2 * l.hd, c.d_scores, &c.d_scores_act);
-    qkv.backward(ctx, c.d_qkv, dx, c.qkv);
+    activation_of<Ctx>* dq = w.d_qkv.data();
+    detail::attention_backward(ctx, l, q, q + l.hd, q + 2 * l.hd, c.saved, c.attended.data(), w.d_attended.data(), dq,
+                               dq + l.hd, dq + 2 * l.hd, w.d_scores, &w.d_scores_act);
+    qkv.backward(ctx, w.d_qkv, dx, c.qkv);
   }
 
  private:

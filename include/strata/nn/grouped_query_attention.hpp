@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "../model/param.hpp"
+#include "../space/call_scratch.hpp"
 #include "../space/tensor.hpp"
 #include "detail/attention_core.hpp"
 #include "detail/checks.hpp"
@@ -28,6 +29,14 @@ struct grouped_query_attention {
   int heads = 0, kv_heads = 0;    // over every rank
   rotary_embedding rope;
 
+  // What one call uses and leaves (call_scratch.hpp): backward's gradients, and a GPU's
+  // scratch for the scores and their gradient (as causal_self_attention's).
+  template <class Space = host, class Act = float>
+  struct scratch {
+    tensor<Act, Space> d_attended, dq, dk, dv, dx_k, dx_v;
+    tensor<float, Space> d_scores;
+    tensor<Act, Space> d_scores_act;
+  };
   template <class Space = host, class Act = float>
   struct cache {
     column_parallel_linear::cache<Space, Act> q_proj, k_proj, v_proj;
@@ -37,10 +46,7 @@ struct grouped_query_attention {
     tensor<float, Space> cos, sin;
     detail::attention_saved<Space, Act> saved;  // the softmax's, for backward (as causal_self_attention's)
     tensor<Act, Space> attended;                // [B, S, H hd / T]: the heads' outputs, o_proj's input
-    tensor<Act, Space> d_attended, dq, dk, dv, dx_k, dx_v;
-    // A GPU's scratch for the scores and their gradient (as causal_self_attention's).
-    tensor<float, Space> d_scores;
-    tensor<Act, Space> d_scores_act;
+    call_scratch<scratch<Space, Act>> work;
   };
 
   int tp_size() const noexcept { return q_proj.tp_size; }
@@ -62,7 +68,8 @@ struct grouped_query_attention {
     rope.table(ctx, l.S, l.hd, c.cos, c.sin);
     rope.rotate(ctx, c.q, l.H, c.k, local_kv_heads(), l.hd, c.cos, c.sin);
     c.attended.resize(shape{l.B, l.S, l.ldo()});
-    detail::attention_forward(ctx, l, c.q.data(), c.k.data(), c.v.data(), c.saved, c.attended.data(), &c.d_scores);
+    detail::attention_forward(ctx, l, c.q.data(), c.k.data(), c.v.data(), c.saved, c.attended.data(),
+                              &scratch_of(ctx, c.work).d_scores);
     o_proj.forward(ctx, c.attended, y, c.o_proj);
   }
 
@@ -70,20 +77,21 @@ struct grouped_query_attention {
   void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>, activation_of<Ctx>>& c) {
     detail::require_forward_ran(c.q_proj.x, kind, q_proj.weight.name);
     detail::require_distinct(&dy, &dx, kind, q_proj.weight.name);
-    o_proj.backward(ctx, dy, c.d_attended, c.o_proj);
+    auto& w = scratch_of(ctx, c.work);
+    o_proj.backward(ctx, dy, w.d_attended, c.o_proj);
     const detail::attention_layout l = layout(*c.q_proj.x);
-    c.dq.resize(c.q.shape());
-    c.dk.resize(c.k.shape());
-    c.dv.resize(c.v.shape());
+    w.dq.resize(c.q.shape());
+    w.dk.resize(c.k.shape());
+    w.dv.resize(c.v.shape());
     detail::attention_backward(ctx, l, c.q.data(), c.k.data(), c.v.data(), c.saved, c.attended.data(),
-                               c.d_attended.data(), c.dq.data(), c.dk.data(), c.dv.data(), c.d_scores, &c.d_scores_act);
+                               w.d_attended.data(), w.dq.data(), w.dk.data(), w.dv.data(), w.d_scores, &w.d_scores_act);
     // The rotation is orthogonal: its backward turns the gradients back.
-    rope.rotate(ctx, c.dq, l.H, c.dk, local_kv_heads(), l.hd, c.cos, c.sin, true);
-    q_proj.backward(ctx, c.dq, dx, c.q_proj);
-    k_proj.backward(ctx, c.dk, c.dx_k, c.k_proj);
-    v_proj.backward(ctx, c.dv, c.dx_v, c.v_proj);
-    add_into(ctx, dx, c.dx_k);
-    add_into(ctx, dx, c.dx_v);
+    rope.rotate(ctx, w.dq, l.H, w.dk, local_kv_heads(), l.hd, c.cos, c.sin, true);
+    q_proj.backward(ctx, w.dq, dx, c.q_proj);
+    k_proj.backward(ctx, w.dk, w.dx_k, c.k_proj);
+    v_proj.backward(ctx, w.dv, w.dx_v, c.v_proj);
+    add_into(ctx, dx, w.dx_k);
+    add_into(ctx, dx, w.dx_v);
   }
 
  private:

@@ -8,6 +8,7 @@
 #include "../core/config.hpp"
 #include "../core/dtype.hpp"
 #include "../core/math.hpp"
+#include "../space/call_scratch.hpp"
 #include "../space/tensor.hpp"
 #include "detail/checks.hpp"
 #include "residual.hpp"
@@ -52,13 +53,17 @@ struct swiglu_mlp {
   row_parallel_linear down_proj;     // [D, I/T]
 
   // Every intermediate is a projection's output or input (a GEMM operand), so it is of the
-  // activation type.
+  // activation type. The gradients live only within backward (call_scratch.hpp).
+  template <class Space = host, class Act = float>
+  struct scratch {
+    tensor<Act, Space> dh, d_gate, d_up, dx_up;
+  };
   template <class Space = host, class Act = float>
   struct cache {
     column_parallel_linear::cache<Space, Act> gate_proj, up_proj;
     row_parallel_linear::cache<Space, Act> down_proj;
     tensor<Act, Space> gate, up, h;  // [..., I/T]
-    tensor<Act, Space> dh, d_gate, d_up, dx_up;
+    call_scratch<scratch<Space, Act>> work;
   };
 
   // x [..., D] -> y [..., D].
@@ -82,15 +87,16 @@ struct swiglu_mlp {
   void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>, activation_of<Ctx>>& c) {
     detail::require_forward_ran(c.gate_proj.x, kind, gate_proj.weight.name);
     detail::require_distinct(&dy, &dx, kind, gate_proj.weight.name);
-    down_proj.backward(ctx, dy, c.dh, c.down_proj);
-    c.d_gate.resize(c.gate.shape());
-    c.d_up.resize(c.up.shape());
-    ops_of<Ctx>::map(exec_of(ctx), static_cast<std::int64_t>(c.dh.numel()),
-                     detail::swiglu_backward_fn<activation_of<Ctx>>{c.gate.data(), c.up.data(), c.dh.data(),
-                                                                    c.d_gate.data(), c.d_up.data()});
-    gate_proj.backward(ctx, c.d_gate, dx, c.gate_proj);
-    up_proj.backward(ctx, c.d_up, c.dx_up, c.up_proj);
-    add_into(ctx, dx, c.dx_up);
+    auto& g = scratch_of(ctx, c.work);
+    down_proj.backward(ctx, dy, g.dh, c.down_proj);
+    g.d_gate.resize(c.gate.shape());
+    g.d_up.resize(c.up.shape());
+    ops_of<Ctx>::map(exec_of(ctx), static_cast<std::int64_t>(g.dh.numel()),
+                     detail::swiglu_backward_fn<activation_of<Ctx>>{c.gate.data(), c.up.data(), g.dh.data(),
+                                                                    g.d_gate.data(), g.d_up.data()});
+    gate_proj.backward(ctx, g.d_gate, dx, c.gate_proj);
+    up_proj.backward(ctx, g.d_up, g.dx_up, c.up_proj);
+    add_into(ctx, dx, g.dx_up);
   }
 
  private:

@@ -4,6 +4,7 @@
 #pragma once
 #include "../comm/environment.hpp"
 #include "../core/error.hpp"
+#include "../space/call_scratch.hpp"
 #include "../space/tensor.hpp"
 
 namespace strata {
@@ -46,6 +47,10 @@ class context {
   // none: each check waits for the device.
   deferred_id_checks<Space>* id_checks() const noexcept { return id_checks_; }
   void set_id_checks(deferred_id_checks<Space>* c) noexcept { id_checks_ = c; }
+  // The trainer's one set of call-scoped tensors per kind for all its layers
+  // (call_scratch.hpp), or none: each cache's own.
+  scratch_pool* scratch() const noexcept { return scratch_; }
+  void set_scratch(scratch_pool* p) noexcept { scratch_ = p; }
 
  private:
   const tensor<float, Space>* targets_ = nullptr;
@@ -54,6 +59,7 @@ class context {
   double label_count_ = -1;
   executor<Space> exec_{};
   deferred_id_checks<Space>* id_checks_ = nullptr;
+  scratch_pool* scratch_ = nullptr;
 };
 
 }  // namespace strata

@@ -15,6 +15,7 @@
 #include "../../core/trace.hpp"
 #include "../../parallel/bucket_plan.hpp"
 #include "../../parallel/pipeline.hpp"
+#include "../../space/call_scratch.hpp"
 #include "../../space/ops.hpp"
 #include "../batch.hpp"
 #include "../layer_table.hpp"
@@ -46,7 +47,9 @@ class schedule_driver {
         plan_(plan),
         dev_(dev),
         reduce_(reduce),
-        gathers_(gathers) {}
+        gathers_(gathers) {
+    ctx_.set_scratch(&scratch_);
+  }
 
   // The context every layer runs with (its executor and tensor-parallel group are set
   // when the device side starts).
@@ -262,6 +265,7 @@ class schedule_driver {
   grad_reducer<Types>& reduce_;
   param_gathers<Types>& gathers_;
   ctx_t ctx_;
+  scratch_pool scratch_;                   // the layers' call-scoped tensors, one set per kind (call_scratch.hpp)
   buffer<float, Space> loss_slots_;        // the last stage's loss per micro-batch
   std::vector<float> loss_host_;           // and its copy on the host
   std::vector<float> labels_host_;         // a device batch's targets, to count labels
