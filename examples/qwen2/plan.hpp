@@ -65,15 +65,16 @@ inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::
                                     + seq * hd * f                  // cos, sin
                                     + softmax                       // see above
                                     + N * f;                        // the norm's rstd
-      const std::size_t mlp = N * I * 3 * act + N * f;              // gate, up, h; rstd
+      const std::size_t mlp = N * I * 2 * act + N * f;              // gate, up; rstd
       const std::size_t cache = attention + mlp + N * D * 3 * act;  // and n1, h, n2
       per_slot += N * D * act + (recompute ? 0 : cache);            // the output, and the cache
       shared += N * D * act;
       if (recompute) scratch = cache + N * D * act;
       // Within one call: the layer's dn2, dh, dn1; attention's d_attended, dq, dk, dv,
-      // dx_k, dx_v and score blocks; the MLP's dh, d_gate, d_up, dx_up.
+      // dx_k, dx_v and score blocks; the MLP's h (made again in backward), dh, d_gate,
+      // d_up, dx_up.
       call =
-          N * D * 3 * act + (N * H * hd * 2 + N * KV * hd * 2 + N * D * 2) * act + scores + (N * I * 3 + N * D) * act;
+          N * D * 3 * act + (N * H * hd * 2 + N * KV * hd * 2 + N * D * 2) * act + scores + (N * I * 4 + N * D) * act;
     } else if (l == L + 1) {  // final norm
       per_slot += N * D * act + N * f;
       shared += N * D * act;

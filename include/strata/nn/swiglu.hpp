@@ -53,16 +53,19 @@ struct swiglu_mlp {
   row_parallel_linear down_proj;     // [D, I/T]
 
   // Every intermediate is a projection's output or input (a GEMM operand), so it is of the
-  // activation type. The gradients live only within backward (call_scratch.hpp).
+  // activation type. The cache keeps gate and up; h = silu(gate) up, down_proj's input,
+  // is made again from them in backward (one elementwise pass, the same bits; Liger's
+  // SwiGLU does the same), so it lives only within a call, as the gradients do
+  // (call_scratch.hpp): a third less of what the MLP keeps per layer.
   template <class Space = host, class Act = float>
   struct scratch {
-    tensor<Act, Space> dh, d_gate, d_up, dx_up;
+    tensor<Act, Space> h, dh, d_gate, d_up, dx_up;
   };
   template <class Space = host, class Act = float>
   struct cache {
     column_parallel_linear::cache<Space, Act> gate_proj, up_proj;
     row_parallel_linear::cache<Space, Act> down_proj;
-    tensor<Act, Space> gate, up, h;  // [..., I/T]
+    tensor<Act, Space> gate, up;  // [..., I/T]
     call_scratch<scratch<Space, Act>> work;
   };
 
@@ -77,10 +80,9 @@ struct swiglu_mlp {
       return strata::cat(detail::label(kind, gate_proj.weight.name), ": gate_proj gives ", c.gate.shape(),
                          " but up_proj ", c.up.shape(), "; they must match");
     });
-    c.h.resize(c.gate.shape());
-    ops_of<Ctx>::map(exec_of(ctx), static_cast<std::int64_t>(c.h.numel()),
-                     detail::swiglu_forward_fn<activation_of<Ctx>>{c.gate.data(), c.up.data(), c.h.data()});
-    down_proj.forward(ctx, c.h, y, c.down_proj);
+    auto& w = scratch_of(ctx, c.work);
+    make_h(ctx, c, w.h);
+    down_proj.forward(ctx, w.h, y, c.down_proj);
   }
 
   template <class Ctx>
@@ -88,6 +90,10 @@ struct swiglu_mlp {
     detail::require_forward_ran(c.gate_proj.x, kind, gate_proj.weight.name);
     detail::require_distinct(&dy, &dx, kind, gate_proj.weight.name);
     auto& g = scratch_of(ctx, c.work);
+    // Other layers' calls have used the scratch since forward: h again, where down_proj's
+    // backward reads its input.
+    make_h(ctx, c, g.h);
+    c.down_proj.x = &g.h;
     down_proj.backward(ctx, dy, g.dh, c.down_proj);
     g.d_gate.resize(c.gate.shape());
     g.d_up.resize(c.up.shape());
@@ -101,6 +107,13 @@ struct swiglu_mlp {
 
  private:
   static constexpr const char* kind = "swiglu_mlp";
+
+  template <class Ctx>
+  static void make_h(Ctx& ctx, const cache<space_of<Ctx>, activation_of<Ctx>>& c, tensor_for<Ctx>& h) {
+    h.resize(c.gate.shape());
+    ops_of<Ctx>::map(exec_of(ctx), static_cast<std::int64_t>(h.numel()),
+                     detail::swiglu_forward_fn<activation_of<Ctx>>{c.gate.data(), c.up.data(), h.data()});
+  }
 };
 
 // `dim` features through `intermediate` gated units, split over tp_size ranks; weights
