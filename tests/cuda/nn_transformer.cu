@@ -837,7 +837,7 @@ TEST_CASE("qwen2 model: the device's loss and gradients match the host's, the sa
   on_qwen2([](auto& hm, auto& dm, const auto& params, const auto& b) { compare_models(hm, dm, params, b); });
 }
 
-#if STRATA_FUSED_ATTENTION
+#if STRATA_HAS_CUDNN
 // cuDNN's fused attention (a build with strata::cudnn; scripts/gpu-check points
 // STRATA_CUDNN_LIBRARY at the machine's cuDNN, so the fused path must be taken here) in
 // bf16 against the host's blocked attention in fp32 on the same bf16-representable
@@ -850,6 +850,7 @@ TEST_CASE("qwen2 model: the device's loss and gradients match the host's, the sa
 // the same bits (cuDNN's deterministic algorithm), forward too.
 TEST_CASE("fused attention (cuDNN, bf16): the host's blocked attention, the same bits run to run") {
   namespace d = strata::nn::detail;
+  static_assert(d::has_fused_attention<strata::cuda, strata::bf16> && !d::has_fused_attention<strata::cuda, float>);
   struct case_t {
     std::int64_t B, S, H, KV, hd;
     bool interleaved;

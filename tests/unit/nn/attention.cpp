@@ -8,6 +8,9 @@
 using namespace nn_test;
 namespace nn = strata::nn;
 
+// The host keeps the blocked attention: it has no fused form (fused_attention.hpp).
+static_assert(!nn::detail::has_fused_attention<strata::host, float>);
+
 namespace {
 
 // Plain-loop attention in double, from the layer's own float weights: qkv = x Wqkv^T + b,

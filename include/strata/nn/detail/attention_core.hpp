@@ -246,12 +246,14 @@ void attention_forward(Ctx& ctx, const attention_layout& l, const T* q, const T*
                        attention_saved<space_of<Ctx>, T>& saved, T* out,
                        tensor<float, space_of<Ctx>>* scores = nullptr) {
   if constexpr (ops_of<Ctx>::prefers_batched) {
-    saved.fused = fused_attention_takes<T>(ctx, l);
-    if (saved.fused) {
-      saved.probs = {};
-      saved.stats.resize(shape{l.B, l.H, l.S});
-      fused_attention_forward(ctx, l, q, k, v, saved.stats.data(), out);
-      return;
+    if constexpr (has_fused_attention<space_of<Ctx>, T>) {
+      saved.fused = fused_attention<space_of<Ctx>>::template takes<T>(l);
+      if (saved.fused) {
+        saved.probs = {};
+        saved.stats.resize(shape{l.B, l.H, l.S});
+        fused_attention<space_of<Ctx>>::forward(exec_of(ctx), l, q, k, v, saved.stats.data(), out);
+        return;
+      }
     }
     saved.stats = {};
     saved.probs.resize(shape{l.B, l.H, l.S, l.S});
@@ -270,10 +272,11 @@ void attention_backward(Ctx& ctx, const attention_layout& l, const T* q, const T
                         const attention_saved<space_of<Ctx>, T>& saved, const T* out, const T* d_out, T* dq, T* dk,
                         T* dv, tensor<float, space_of<Ctx>>& d_scores, tensor<T, space_of<Ctx>>* ds_scratch = nullptr) {
   if constexpr (ops_of<Ctx>::prefers_batched) {
-    if (saved.fused) {
-      fused_attention_backward(ctx, l, q, k, v, saved.stats.data(), out, d_out, dq, dk, dv);
-      return;
-    }
+    if constexpr (has_fused_attention<space_of<Ctx>, T>)
+      if (saved.fused) {
+        fused_attention<space_of<Ctx>>::backward(exec_of(ctx), l, q, k, v, saved.stats.data(), out, d_out, dq, dk, dv);
+        return;
+      }
     attention_backward_full(ctx, l, q, k, v, saved.probs.data(), d_out, dq, dk, dv, d_scores, ds_scratch);
   } else {
     (void)d_scores, (void)ds_scratch;

@@ -10,7 +10,7 @@
 // (head sizes above 256 or not a multiple of 8, say), attention_core.hpp runs the unfused
 // GEMMs and says why once on stderr. STRATA_ATTENTION=unfused turns the fused path off.
 //
-// Included by attention_core.hpp in CUDA translation units of a build with cuDNN's
+// Included by fused_attention.hpp in CUDA translation units of a build with cuDNN's
 // headers (STRATA_HAS_CUDNN, strata::cudnn). The frontend's own JSON library is left out
 // (CUDNN_FRONTEND_SKIP_JSON_LIB): it would specialise nlohmann's float serializer for
 // every translation unit that includes it, strata's JSON included.
@@ -41,6 +41,7 @@
 #include "../../core/error.hpp"
 #include "../../space/cuda.hpp"
 #include "attention_layout.hpp"
+#include "fused_attention.hpp"
 
 namespace cudnn_frontend {
 // The library handle the frontend's dynamic loading reads (declared by its shim).
@@ -241,39 +242,55 @@ inline void cudnn_attention_execute(const executor<cuda>& exec, fe::graph::Graph
   own.release(exec.stream);
 }
 
-// out and lse [B, H, S] (float) from q, k, v; false (nothing written) where the fused
-// path is off for this layout.
-template <class T>
-bool cudnn_attention_forward(const executor<cuda>& exec, const attention_layout& l, const T* q, const T* k, const T* v,
-                             float* lse, T* out) {
-  const auto* p = cudnn_attention::instance().find<T>(l);
-  if (!p) return false;
-  std::unordered_map<std::int64_t, void*> pack{{q_uid, const_cast<T*>(q)},
-                                               {k_uid, const_cast<T*>(k)},
-                                               {v_uid, const_cast<T*>(v)},
-                                               {o_uid, out},
-                                               {stats_uid, lse}};
-  cudnn_attention_execute(exec, *p->forward, p->handle, p->forward_workspace, pack, "forward");
-  return true;
-}
+// The CUDA space's fused attention (fused_attention.hpp): cuDNN's graphs, for 16-bit
+// activations (fp32 keeps the unfused GEMMs).
+template <>
+struct fused_attention<cuda> {
+  // Whether attention of layout l runs fused: cuDNN is loaded and took the shape.
+  template <class T>
+  requires(!std::is_same_v<T, float>)
+  static bool takes(const attention_layout& l) {
+    return cudnn_attention::instance().find<T>(l) != nullptr;
+  }
 
-// dq, dk, dv (written) from the forward's out and lse; false where the fused path is off.
-template <class T>
-bool cudnn_attention_backward(const executor<cuda>& exec, const attention_layout& l, const T* q, const T* k, const T* v,
-                              const float* lse, const T* out, const T* d_out, T* dq, T* dk, T* dv) {
-  const auto* p = cudnn_attention::instance().find<T>(l);
-  if (!p) return false;
-  std::unordered_map<std::int64_t, void*> pack{{q_uid, const_cast<T*>(q)},
-                                               {k_uid, const_cast<T*>(k)},
-                                               {v_uid, const_cast<T*>(v)},
-                                               {o_uid, const_cast<T*>(out)},
-                                               {stats_uid, const_cast<float*>(lse)},
-                                               {do_uid, const_cast<T*>(d_out)},
-                                               {dq_uid, dq},
-                                               {dk_uid, dk},
-                                               {dv_uid, dv}};
-  cudnn_attention_execute(exec, *p->backward, p->handle, p->backward_workspace, pack, "backward");
-  return true;
-}
+  // out and lse [B, H, S] (float) from q, k, v.
+  template <class T>
+  static void forward(const executor<cuda>& exec, const attention_layout& l, const T* q, const T* k, const T* v,
+                      float* lse, T* out) {
+    const auto& p = plans_of<T>(l);
+    std::unordered_map<std::int64_t, void*> pack{{q_uid, const_cast<T*>(q)},
+                                                 {k_uid, const_cast<T*>(k)},
+                                                 {v_uid, const_cast<T*>(v)},
+                                                 {o_uid, out},
+                                                 {stats_uid, lse}};
+    cudnn_attention_execute(exec, *p.forward, p.handle, p.forward_workspace, pack, "forward");
+  }
+
+  // dq, dk, dv (written) from the forward's out and lse.
+  template <class T>
+  static void backward(const executor<cuda>& exec, const attention_layout& l, const T* q, const T* k, const T* v,
+                       const float* lse, const T* out, const T* d_out, T* dq, T* dk, T* dv) {
+    const auto& p = plans_of<T>(l);
+    std::unordered_map<std::int64_t, void*> pack{{q_uid, const_cast<T*>(q)},
+                                                 {k_uid, const_cast<T*>(k)},
+                                                 {v_uid, const_cast<T*>(v)},
+                                                 {o_uid, const_cast<T*>(out)},
+                                                 {stats_uid, const_cast<float*>(lse)},
+                                                 {do_uid, const_cast<T*>(d_out)},
+                                                 {dq_uid, dq},
+                                                 {dk_uid, dk},
+                                                 {dv_uid, dv}};
+    cudnn_attention_execute(exec, *p.backward, p.handle, p.backward_workspace, pack, "backward");
+  }
+
+ private:
+  // Built when takes() said yes, and kept.
+  template <class T>
+  static const cudnn_attention::plans& plans_of(const attention_layout& l) {
+    const auto* p = cudnn_attention::instance().find<T>(l);
+    expects(p != nullptr, "attention: cuDNN's plan for a shape it took went missing");
+    return *p;
+  }
+};
 
 }  // namespace strata::nn::detail

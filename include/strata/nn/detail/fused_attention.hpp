@@ -1,22 +1,17 @@
-// Whether attention runs fused on a GPU: cuDNN's flash attention (cudnn_attention.hpp) in
-// CUDA translation units of a build with cuDNN's headers (STRATA_HAS_CUDNN, given by the
-// strata::cudnn target), for 16-bit activations; the unfused GEMMs elsewhere.
+// Attention fused on a space's own kernels (the flash-attention algorithm: nothing [S, S]
+// kept), where the space has them: fused_attention<Space> is empty, and a space that runs
+// attention fused specialises it (the CUDA space through cuDNN, cudnn_attention.hpp, in
+// CUDA translation units of a build with cuDNN's headers: STRATA_HAS_CUDNN, given by the
+// strata::cudnn target). attention_core.hpp asks for it by its members, not by space.
 #pragma once
-#include <type_traits>
+#include <concepts>
 
 #include "../../core/config.hpp"
-#include "../../core/error.hpp"
 #include "../../space/tensor.hpp"
 #include "attention_layout.hpp"
 
 #ifndef STRATA_HAS_CUDNN
 #define STRATA_HAS_CUDNN 0
-#endif
-#if STRATA_HAS_CUDNN && STRATA_HAS_CUDA && defined(__CUDACC__)
-#include "cudnn_attention.hpp"
-#define STRATA_FUSED_ATTENTION 1
-#else
-#define STRATA_FUSED_ATTENTION 0
 #endif
 
 namespace strata::nn {
@@ -29,52 +24,22 @@ inline constexpr bool fused_attention_built = STRATA_HAS_CUDNN != 0;
 
 namespace strata::nn::detail {
 
-template <class Ctx, class T>
-inline constexpr bool fusable_attention = [] {
-#if STRATA_FUSED_ATTENTION
-  return std::is_same_v<space_of<Ctx>, cuda> && !std::is_same_v<T, float>;
-#else
-  return false;
-#endif
-}();
+// A space's fused attention, for activations T: static members
+//   template <class T> bool takes(const attention_layout&)   whether it runs this shape
+//   template <class T> void forward(exec, layout, q, k, v, float* lse, T* out)
+//   template <class T> void backward(exec, layout, q, k, v, lse, out, d_out, dq, dk, dv)
+// backward reading what forward saved (the output and each row's log-sum-exp [B, H, S]).
+template <class Space>
+struct fused_attention {};
 
-// Whether attention of layout l on activations T runs fused in ctx's space.
-template <class T, class Ctx>
-bool fused_attention_takes(Ctx&, const attention_layout& l) {
-#if STRATA_FUSED_ATTENTION
-  if constexpr (fusable_attention<Ctx, T>) return cudnn_attention::instance().find<T>(l) != nullptr;
-#endif
-  (void)l;
-  return false;
-}
-
-// out and lse [B, H, S] from q, k, v; only where fused_attention_takes.
-template <class Ctx, class T>
-void fused_attention_forward(Ctx& ctx, const attention_layout& l, const T* q, const T* k, const T* v, float* lse,
-                             T* out) {
-#if STRATA_FUSED_ATTENTION
-  if constexpr (fusable_attention<Ctx, T>) {
-    expects(cudnn_attention_forward(exec_of(ctx), l, q, k, v, lse, out), "attention: cuDNN's plan went missing");
-    return;
-  }
-#endif
-  (void)ctx, (void)l, (void)q, (void)k, (void)v, (void)lse, (void)out;
-  throw error("attention: the fused form is not in this build (a forward took it?)");
-}
-
-// dq, dk, dv (written) from what fused_attention_forward saved.
-template <class Ctx, class T>
-void fused_attention_backward(Ctx& ctx, const attention_layout& l, const T* q, const T* k, const T* v, const float* lse,
-                              const T* out, const T* d_out, T* dq, T* dk, T* dv) {
-#if STRATA_FUSED_ATTENTION
-  if constexpr (fusable_attention<Ctx, T>) {
-    expects(cudnn_attention_backward(exec_of(ctx), l, q, k, v, lse, out, d_out, dq, dk, dv),
-            "attention: cuDNN's plan went missing");
-    return;
-  }
-#endif
-  (void)ctx, (void)l, (void)q, (void)k, (void)v, (void)lse, (void)out, (void)d_out, (void)dq, (void)dk, (void)dv;
-  throw error("attention: the fused form is not in this build (a forward took it?)");
-}
+// Whether Space has a fused attention for activations T.
+template <class Space, class T>
+concept has_fused_attention = requires(const attention_layout& l) {
+  { fused_attention<Space>::template takes<T>(l) } -> std::same_as<bool>;
+};
 
 }  // namespace strata::nn::detail
+
+#if STRATA_HAS_CUDNN && STRATA_HAS_CUDA && defined(__CUDACC__)
+#include "cudnn_attention.hpp"
+#endif
