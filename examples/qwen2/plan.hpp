@@ -59,22 +59,22 @@ inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::
     if (l == 0) {  // embedding: output; its "input gradient" has the ids' shape
       per_slot += N * D * act;
       shared += N * f;
-    } else if (l <= L) {                                            // decoder layer
-      const std::size_t attention = N * H * hd * 2 * act            // q, attended
-                                    + N * KV * hd * 2 * act         // k, v
-                                    + seq * hd * f                  // cos, sin
-                                    + softmax                       // see above
-                                    + N * f;                        // the norm's rstd
-      const std::size_t mlp = N * I * 2 * act + N * f;              // gate, up; rstd
-      const std::size_t cache = attention + mlp + N * D * 3 * act;  // and n1, h, n2
-      per_slot += N * D * act + (recompute ? 0 : cache);            // the output, and the cache
+    } else if (l <= L) {                                        // decoder layer
+      const std::size_t attention = N * H * hd * 2 * act        // q, attended
+                                    + N * KV * hd * 2 * act     // k, v
+                                    + seq * hd * f              // cos, sin
+                                    + softmax                   // see above
+                                    + N * f;                    // the norm's rstd
+      const std::size_t mlp = N * I * 2 * act + N * f;          // gate, up; rstd
+      const std::size_t cache = attention + mlp + N * D * act;  // and h
+      per_slot += N * D * act + (recompute ? 0 : cache);        // the output, and the cache
       shared += N * D * act;
       if (recompute) scratch = cache + N * D * act;
-      // Within one call: the layer's dn2, dh, dn1; attention's d_attended, dq, dk, dv,
-      // dx_k, dx_v and score blocks; the MLP's h (made again in backward), dh, d_gate,
-      // d_up, dx_up.
+      // Within one call: the layer's n1, n2 (made again in backward), dn2, dh, dn1;
+      // attention's d_attended, dq, dk, dv, dx_k, dx_v and score blocks; the MLP's h (made
+      // again in backward), dh, d_gate, d_up, dx_up.
       call =
-          N * D * 3 * act + (N * H * hd * 2 + N * KV * hd * 2 + N * D * 2) * act + scores + (N * I * 4 + N * D) * act;
+          N * D * 5 * act + (N * H * hd * 2 + N * KV * hd * 2 + N * D * 2) * act + scores + (N * I * 4 + N * D) * act;
     } else if (l == L + 1) {  // final norm
       per_slot += N * D * act + N * f;
       shared += N * D * act;

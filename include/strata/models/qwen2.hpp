@@ -232,8 +232,12 @@ struct qwen2_decoder_layer {
   nn::rms_norm post_attention_layernorm;
   nn::swiglu_mlp mlp;
 
+  // Within one call (call_scratch.hpp): the norms' outputs n1 and n2, which backward makes
+  // again from their inputs and statistics (rms_norm::forward_again: one pass each, the
+  // same bits), and the gradients of n2, h and n1.
   template <class Space, class Act = float>
-  struct scratch {  // the gradients of n2, h and n1, within backward (call_scratch.hpp)
+  struct scratch {
+    tensor<Act, Space> n1, n2;
     tensor<Act, Space> dn2, dh, dn1;
   };
   template <class Space, class Act = float>
@@ -241,23 +245,26 @@ struct qwen2_decoder_layer {
     nn::rms_norm::cache<Space, Act> input_layernorm, post_attention_layernorm;
     nn::grouped_query_attention::cache<Space, Act> self_attn;
     nn::swiglu_mlp::cache<Space, Act> mlp;
-    tensor<Act, Space> n1, h, n2;  // forward intermediates
+    tensor<Act, Space> h;  // x + attention: the residual stream between the two halves
     call_scratch<scratch<Space, Act>> work;
   };
 
   template <class Ctx>
   void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y,
                cache<space_of<Ctx>, activation_of<Ctx>>& c) const {
+    // The projections' caches point at w.n1 and w.n2 from here to backward, which makes
+    // them again there (other layers' calls use the scratch in between).
+    auto& w = scratch_of(ctx, c.work);
     {
       // Each branch its own trace scope, so a step's profile splits attention from the MLP.
       trace_scope part(trace_track::compute, "attn forward");
-      input_layernorm.forward(ctx, x, c.n1, c.input_layernorm);
-      self_attn.forward(ctx, c.n1, c.h, c.self_attn);
+      input_layernorm.forward(ctx, x, w.n1, c.input_layernorm);
+      self_attn.forward(ctx, w.n1, c.h, c.self_attn);
     }
     trace_scope part(trace_track::compute, "mlp forward");
     // h += x and its norm in one kernel (rms_norm::forward_residual: add_into's bits).
-    post_attention_layernorm.forward_residual(ctx, c.h, x, c.n2, c.post_attention_layernorm);
-    mlp.forward(ctx, c.n2, y, c.mlp);
+    post_attention_layernorm.forward_residual(ctx, c.h, x, w.n2, c.post_attention_layernorm);
+    mlp.forward(ctx, w.n2, y, c.mlp);
     nn::add_into(ctx, y, c.h);
   }
   template <class Ctx>
@@ -265,11 +272,13 @@ struct qwen2_decoder_layer {
     auto& w = scratch_of(ctx, c.work);
     {
       trace_scope part(trace_track::compute, "mlp backward");
+      post_attention_layernorm.forward_again(ctx, w.n2, c.post_attention_layernorm);
       mlp.backward(ctx, dy, w.dn2, c.mlp);
       // The norm's gradient and the residual's (dy) in one kernel.
       post_attention_layernorm.backward_residual(ctx, w.dn2, dy, w.dh, c.post_attention_layernorm);
     }
     trace_scope part(trace_track::compute, "attn backward");
+    input_layernorm.forward_again(ctx, w.n1, c.input_layernorm);
     self_attn.backward(ctx, w.dh, w.dn1, c.self_attn);
     input_layernorm.backward_residual(ctx, w.dn1, w.dh, dx, c.input_layernorm);
   }

@@ -51,6 +51,25 @@ struct rms_norm_forward_fn {
   }
 };
 
+// One row of y again from the forward's rstd: the forward's last pass, the same bits (rs
+// is the float forward stored), for a caller that does not keep y.
+template <class W = float, class T = float>
+struct rms_norm_apply_fn {
+  const T* x;
+  const W* w;
+  const float* rstd;
+  T* y;
+  std::int64_t d;
+  template <class Row>
+  STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
+    const T* xr = x + r * d;
+    const float rs = rstd[r];
+    T* yr = y + r * d;
+    row.for_each(
+        d, [&](std::int64_t j) { yr[j] = round_to<T>((static_cast<float>(xr[j]) * rs) * static_cast<float>(w[j])); });
+  }
+};
+
 // One row of dx = rstd (g - xhat mean(g xhat)) with g = dy w and xhat = x rstd, the mean
 // summed in double; x, dy and dx of the activation type T, rstd float. Residual: dx +=
 // res after, as add_into would (two roundings to T, as the two passes made).
@@ -125,6 +144,21 @@ struct rms_norm {
     detail::require_same_shape(h, res, kind, weight.name, "the residual");
     detail::require_distinct(&res, &y, kind, weight.name);
     run_forward<true>(ctx, h, &res, y, c);
+  }
+
+  // y as the last forward made it, from its input and statistics in the cache: one pass,
+  // the same bits, for a caller that keeps y only within a call (call_scratch.hpp).
+  template <class Ctx>
+  void forward_again(Ctx& ctx, tensor_for<Ctx>& y, const cache<space_of<Ctx>, activation_of<Ctx>>& c) const {
+    detail::require_forward_ran(c.x, kind, weight.name);
+    check_params();
+    const tensor_for<Ctx>& x = *c.x;
+    detail::require_distinct(&x, &y, kind, weight.name);
+    const std::int64_t d = dim();
+    y.resize(x.shape());
+    ops_of<Ctx>::rows(exec_of(ctx), detail::rows_of(x.shape()), d,
+                      detail::rms_norm_apply_fn<weight_of<Ctx>, activation_of<Ctx>>{x.data(), weights_of<Ctx>(weight),
+                                                                                    c.rstd.data(), y.data(), d});
   }
 
   // dx = rstd (g - xhat mean(g xhat)) with g = dy weight; weight.grad += sum over rows of

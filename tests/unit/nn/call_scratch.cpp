@@ -123,6 +123,8 @@ TEST_CASE("decoder layers lent one scratch: the bits of their own, and their cac
   CHECK(own[1].mlp.work.own.d_gate.numel() == 10 * 40);
   for (const auto& cache : shared) {
     CHECK(cache.work.own.dh.capacity() == 0);
+    CHECK(cache.work.own.n1.capacity() == 0);
+    CHECK(cache.mlp.work.own.h.capacity() == 0);
     CHECK(cache.mlp.work.own.d_gate.capacity() == 0);
     CHECK(cache.self_attn.work.own.dq.capacity() == 0);
   }

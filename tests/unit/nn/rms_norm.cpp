@@ -95,7 +95,7 @@ TEST_CASE("rms_norm: a mismatched input is a config error naming the layer") {
   CHECK_CONTAINS(msg, "rms_norm layers.0.input_layernorm: input has 6 features, weight expects 8");
 }
 
-TEST_CASE("rms_norm forward_residual and backward_residual: the bits of add_into with forward and backward") {
+TEST_CASE("rms_norm forward_residual, backward_residual, forward_again: the bits of the unfused passes") {
   std::mt19937 rng(33);
   param_store store;
   context ctx;
@@ -130,6 +130,10 @@ TEST_CASE("rms_norm forward_residual and backward_residual: the bits of add_into
   CHECK(bits(dx, dx2));
   CHECK(std::memcmp(n.weight.grad(), m.weight.grad(), 48 * sizeof(float)) == 0);
   CHECK(c2.x == &h2);  // backward's input is the sum
+  // forward_again: y from the kept input and rstd, the same bits.
+  tensor<float> y3;
+  m.forward_again(ctx, y3, c2);
+  CHECK(bits(y3, y2));
 
   // In bf16 the sums round once to bf16 before the norm reads them, and the input
   // gradient twice (the norm's, then with the residual's), as the two passes did.
@@ -154,6 +158,10 @@ TEST_CASE("rms_norm forward_residual and backward_residual: the bits of add_into
   CHECK(std::memcmp(hb.data(), hb2.data(), hb.size() * sizeof(bf16)) == 0);
   CHECK(std::memcmp(yb.data(), yb2.data(), yb.size() * sizeof(bf16)) == 0);
   CHECK(rstd == rstd2);
+  std::vector<bf16> yb3(x.numel());
+  ops::rows(exec, rows, dim,
+            d::rms_norm_apply_fn<float, bf16>{hb.data(), n.weight.data(), rstd.data(), yb3.data(), dim});
+  CHECK(std::memcmp(yb.data(), yb3.data(), yb.size() * sizeof(bf16)) == 0);  // forward_again's pass
   ops::rows(exec, rows, dim,
             d::rms_norm_backward_fn<float, bf16>{hb.data(), gb.data(), n.weight.data(), rstd.data(), dxb.data(), dim});
   ops::add_into(exec, static_cast<std::int64_t>(dxb.size()), dxb.data(), drb.data());
