@@ -16,6 +16,14 @@ namespace strata::nn {
 
 namespace detail {
 
+// y = (x rs) w of one row, rounded once to T: forward's last pass, and forward_again's.
+template <class Row, class W, class T>
+STRATA_HOST_DEVICE STRATA_FORCEINLINE void rms_norm_scale_row(const Row& row, const T* xr, const W* w, float rs, T* yr,
+                                                              std::int64_t d) {
+  row.for_each(
+      d, [&](std::int64_t j) { yr[j] = round_to<T>((static_cast<float>(xr[j]) * rs) * static_cast<float>(w[j])); });
+}
+
 // One row: mean(x^2) in double, then y = (x rstd) weight, as transformers orders it; in
 // float, y rounded once to the activation type T (transformers in 16 bits also rounds
 // x rstd before the weight). Residual: x += res first, in place, rounded once to T as
@@ -45,9 +53,7 @@ struct rms_norm_forward_fn {
     }) / static_cast<double>(d);
     const float rs = static_cast<float>(1.0 / std::sqrt(ms + eps));
     row.once([&] { rstd[r] = rs; });
-    T* yr = y + r * d;
-    row.for_each(
-        d, [&](std::int64_t j) { yr[j] = round_to<T>((static_cast<float>(xr[j]) * rs) * static_cast<float>(w[j])); });
+    rms_norm_scale_row(row, xr, w, rs, y + r * d, d);
   }
 };
 
@@ -62,11 +68,7 @@ struct rms_norm_apply_fn {
   std::int64_t d;
   template <class Row>
   STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
-    const T* xr = x + r * d;
-    const float rs = rstd[r];
-    T* yr = y + r * d;
-    row.for_each(
-        d, [&](std::int64_t j) { yr[j] = round_to<T>((static_cast<float>(xr[j]) * rs) * static_cast<float>(w[j])); });
+    rms_norm_scale_row(row, x + r * d, w, rstd[r], y + r * d, d);
   }
 };
 
