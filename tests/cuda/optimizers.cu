@@ -1,7 +1,8 @@
 // The CUDA driver of the optimizer updates against the host driver: AdamW, SGD (plain,
 // momentum, nesterov) and Lion over a shard with decay runs and padding, fp32 and mixed
 // precision (bf16/fp16 params, round to nearest even and stochastic). The two drivers run
-// the same functors, so every buffer must match bit for bit after every step.
+// the same functors, so every buffer must match bit for bit after every step, also where
+// a run's 16-bit copy goes elsewhere (decay_run::out_shift).
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -69,28 +70,40 @@ std::vector<decay_run> make_runs(std::size_t n) {
   return runs;
 }
 
+// The same runs, each writing its compute copy elsewhere (decay_run::out_shift, as a
+// ZeRO-1/2 trainer's do): to the front, past a multiple of the vector width, and by
+// shifts that are not one (element-wise then), no two runs' copies overlapping.
+std::vector<decay_run> shift_runs(std::vector<decay_run> runs) {
+  const std::ptrdiff_t shifts[] = {-96, 3, 8, 1};
+  for (std::size_t i = 0; i < runs.size(); ++i) runs[i].out_shift = shifts[i];
+  return runs;
+}
+
+// shifted: the runs of shift_runs, and a compute copy in fp32 too (a trainer's fp32
+// params, written by the step).
 template <class O, class P, class G>
-void compare_drivers(const O& opt, strata::rounding rounding, int steps = 3) {
+void compare_drivers(const O& opt, strata::rounding rounding, int steps = 3, bool shifted = false) {
   constexpr bool mixed = !std::is_same_v<P, float>;
+  const bool copy = mixed || shifted;
   const std::size_t n = 1'000'003;
   std::mt19937 gen(1234);
-  const auto runs = make_runs(n);
+  const auto runs = shifted ? shift_runs(make_runs(n)) : make_runs(n);
   const strata::cuda_run_table table(runs, n);
 
   auto master = random_vector<float>(n, 1.0f, gen);
   auto state0 = std::vector<float>(n, 0.0f);
   auto state1 = std::vector<float>(n, 0.0f);
-  std::vector<P> param(mixed ? n : 0);
+  std::vector<P> param(copy ? n : 0);
   auto d_master = to_device(master), d_state0 = to_device(state0), d_state1 = to_device(state1);
   auto d_param = to_device(param);
 
-  strata::shard_args<P, G> h{master.data(), nullptr, state0.data(), state1.data(), mixed ? param.data() : nullptr, n,
+  strata::shard_args<P, G> h{master.data(), nullptr, state0.data(), state1.data(), copy ? param.data() : nullptr, n,
                              rounding,      99,      5'000};
   strata::shard_args<P, G> d{d_master.data(),
                              nullptr,
                              d_state0.data(),
                              d_state1.data(),
-                             mixed ? d_param.data() : nullptr,
+                             copy ? d_param.data() : nullptr,
                              n,
                              rounding,
                              99,
@@ -109,7 +122,7 @@ void compare_drivers(const O& opt, strata::rounding rounding, int steps = 3) {
     CHECK(first_difference(to_host(d_master), master) == -1);
     CHECK(first_difference(to_host(d_state0), state0) == -1);
     CHECK(first_difference(to_host(d_state1), state1) == -1);
-    if constexpr (mixed) CHECK(first_difference(to_host(d_param), param) == -1);
+    if (copy) CHECK(first_difference(to_host(d_param), param) == -1);
   }
   // The step did something (padding excepted): the comparison is not of untouched buffers.
   std::mt19937 regen(1234);
@@ -117,10 +130,13 @@ void compare_drivers(const O& opt, strata::rounding rounding, int steps = 3) {
   CHECK(master[50] == initial[50]);            // padding before the first run
   CHECK(master[n - 1] == initial[n - 1]);      // padding after the last run
   CHECK(master[200'000] != initial[200'000]);  // inside a decay run
-  if constexpr (mixed) {
+  if (copy) {
     // Stochastic rounding takes the other neighbour somewhere; nearest-even never does.
     std::size_t away = 0;
-    for (std::size_t i = 100; i < 700'000; ++i) away += !(param[i] == P(master[i]));
+    for (const auto& r : runs)
+      for (std::size_t i = r.offset; i < r.offset + r.count; ++i)
+        away += !(param[static_cast<std::size_t>(static_cast<std::ptrdiff_t>(i) + r.out_shift)] ==
+                  strata::round_to<P>(master[i]));
     if (rounding == strata::rounding::stochastic)
       CHECK(away > 1000);
     else
@@ -140,6 +156,15 @@ void compare_precisions(const O& opt) {
   }
   SECTION("fp16 params and grads, stochastic") { compare_drivers<O, fp16, fp16>(opt, strata::rounding::stochastic); }
   SECTION("bf16 params, fp32 grads") { compare_drivers<O, bf16, float>(opt, strata::rounding::nearest_even); }
+  SECTION("runs written elsewhere, fp32 copy") {
+    compare_drivers<O, float, float>(opt, strata::rounding::nearest_even, 2, true);
+  }
+  SECTION("runs written elsewhere, bf16 copy") {
+    compare_drivers<O, bf16, bf16>(opt, strata::rounding::nearest_even, 2, true);
+  }
+  SECTION("runs written elsewhere, fp16 stochastic") {
+    compare_drivers<O, fp16, fp16>(opt, strata::rounding::stochastic, 2, true);
+  }
 }
 
 }  // namespace

@@ -252,14 +252,16 @@ struct tied_result {
   std::vector<float> losses, master;
   std::uint64_t hash = 0;
   strata::memory_report memory;
+  std::size_t late_allocations = 0;  // device allocations made by the steps after the second
 };
 
-template <class Sharding, class Space>
+template <class Sharding, class Space, class Precision = strata::fp32>
 tied_result tied_run() {
   const auto cfg = tiny_tied();
   strata::trainer_options o = setup().opts;
   o.bucket_elems = 2048;  // the embedding and head alone, the decoder layers in several buckets
-  strata::trainer<strata::models::qwen2, Space, Sharding, strata::adamw> tr(grid(), strata::models::make_qwen2(cfg), o);
+  strata::trainer<strata::models::qwen2, Space, Sharding, strata::adamw, Precision> tr(
+      grid(), strata::models::make_qwen2(cfg), o);
   constexpr std::int64_t rows = 4, seq = 16;  // seq = the config's max_position_embeddings
   strata::batch<> b;
   b.inputs.resize({rows, seq});
@@ -269,7 +271,12 @@ tied_result tied_run() {
     b.targets[i] = static_cast<float>((i * 7 + 10) % cfg.vocab_size);
   }
   tied_result r;
-  for (int s = 0; s < 5; ++s) r.losses.push_back(tr.step(b).loss);
+  std::size_t allocations = 0;
+  for (int s = 0; s < 5; ++s) {
+    if (s == 2) allocations = strata::cuda::counters().allocations.load();
+    r.losses.push_back(tr.step(b).loss);
+  }
+  r.late_allocations = strata::cuda::counters().allocations.load() - allocations;
   r.master = tr.gather_master();
   r.hash = strata::weights_hash(r.master);
   r.memory = tr.memory();
@@ -301,4 +308,17 @@ TEST_CASE("a tied head shares its embedding's piece on the GPU: every stage, off
   CHECK(test::relative_distance(r0.master, host.master) < 1e-4);
   // One master for the tensor at ZeRO-1: as the host trainer counts it.
   CHECK(tied_run<strata::zero<1>, cuda>().memory.bytes.at("master") == host.memory.bytes.at("master"));
+}
+
+// Item 4 of issue 37: a step of fixed shape allocates nothing on the device once the
+// first two have made what they keep (the call scratch, cuDNN's plans, the comm
+// buffers): every layout, fp32 and bf16 (fused attention where cuDNN takes the shape).
+TEST_CASE("after the second step a GPU trainer allocates no device memory") {
+  using strata::cuda;
+  using bf = strata::mixed<strata::bf16>;
+  CHECK(tied_run<strata::replicated, cuda>().late_allocations == 0);
+  CHECK(tied_run<strata::zero<1>, cuda, bf>().late_allocations == 0);
+  CHECK(tied_run<strata::zero<2>, cuda, bf>().late_allocations == 0);
+  CHECK(tied_run<strata::zero<3>, cuda, bf>().late_allocations == 0);
+  CHECK(tied_run<strata::zero<3, strata::offload_optimizer>, cuda, bf>().late_allocations == 0);
 }

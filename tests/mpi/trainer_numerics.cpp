@@ -242,6 +242,14 @@ TEST_CASE("parameter offload: ZeRO-3 only, the shard leaves the device, nothing 
   CHECK(off.memory.bytes == plain.memory.bytes);
   CHECK_THROWS_WITH((trainer<mlp::model, host, zero<2>>(g, mlp::make_model(s.shape), s.opts)),
                     strata_test::contains_text("offload_params (zero_optimization.offload_param) needs ZeRO stage 3"));
+  // strata.rounding = stochastic is refused where it would round (mixed precision), not
+  // ignored; fp32 has no 16-bit copy to round.
+  test::mlp_setup r;
+  r.opts.rounding = strata::rounding::stochastic;
+  CHECK_THROWS_WITH(
+      (trainer<mlp::model, host, zero<1>, adamw, mixed<bf16>>(g, mlp::make_model(r.shape), r.opts)),
+      strata_test::contains_text("rounding = stochastic (the config's strata.rounding) is not supported"));
+  CHECK_NOTHROW(trainer<mlp::model, host, zero<1>>(g, mlp::make_model(r.shape), r.opts));
 
   trainer<mlp::model, host, zero<3>> tr(g, mlp::make_model(s.shape), s.opts);
   const std::size_t S_ = tr.plan().shard_size(), B2 = tr.plan().slot_elems(), f = sizeof(float);

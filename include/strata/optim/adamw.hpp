@@ -15,6 +15,7 @@ struct adamw {
 
   static constexpr int state_slots = 2;  // exp_avg, exp_avg_sq
   static constexpr const char* name = "adamw";
+  static constexpr bool writes_param_out = true;  // the compute copy, in the same pass
 
   void validate() const {
     detail::check_beta(name, "beta1", beta1);

@@ -21,10 +21,29 @@ namespace strata {
 
 namespace detail {
 
+// f with its compute copy written `shift` elements further along (decay_run::out_shift).
+template <class F>
+__device__ __forceinline__ F shifted_out(F f, std::ptrdiff_t shift) {
+  if constexpr (requires { f.param_out; })
+    if (f.param_out) f.param_out += shift;
+  return f;
+}
+
+// Runs one tile [begin, end) of a run: its vector form where the functors have one and
+// their arrays are aligned and the run's shifted param_out stays aligned too.
+template <bool Vector, class F>
+__device__ __forceinline__ void run_tile(const F& f, std::size_t begin, std::size_t end, std::ptrdiff_t shift) {
+  if constexpr (Vector) {
+    if (shift % static_cast<std::ptrdiff_t>(F::vector_width) == 0)
+      return kernels::detail::run_range_vector(f, begin, end);
+  }
+  kernels::detail::run_range(f, begin, end);
+}
+
 // Each block walks tiles of the run table; within a tile, consecutive threads take
 // consecutive elements (coalesced), or consecutive vectors of them (Vector: functors with
-// a vector form, every array aligned). A run's flag is uniform over its tiles, so the
-// branch between the two functors never diverges inside a block.
+// a vector form, every array aligned). A run's flag and shift are uniform over its tiles,
+// so the branches between the functors never diverge inside a block.
 template <class F, bool Vector = false>
 __global__ void __launch_bounds__(kernels::detail::cuda_block)
     runs_kernel(const device_run* runs, int nruns, std::size_t tiles, F decayed, F undecayed) {
@@ -40,17 +59,18 @@ __global__ void __launch_bounds__(kernels::detail::cuda_block)
     const device_run r = runs[lo];
     const std::size_t begin = r.offset + (t - r.first_tile) * cuda_run_tile;
     const std::size_t end = begin + cuda_run_tile < r.offset + r.count ? begin + cuda_run_tile : r.offset + r.count;
-    // Two calls, not a pointer picked at run time: either functor stays in parameter space.
-    if constexpr (Vector) {
+    // Two calls, not a pointer picked at run time: either functor stays in parameter
+    // space (a shifted run, a ZeRO-1/2 trainer's, works on a copy).
+    if (r.out_shift == 0) {
       if (r.decay)
-        kernels::detail::run_range_vector(decayed, begin, end);
+        run_tile<Vector>(decayed, begin, end, 0);
       else
-        kernels::detail::run_range_vector(undecayed, begin, end);
+        run_tile<Vector>(undecayed, begin, end, 0);
     } else {
       if (r.decay)
-        kernels::detail::run_range(decayed, begin, end);
+        run_tile<Vector>(shifted_out(decayed, r.out_shift), begin, end, r.out_shift);
       else
-        kernels::detail::run_range(undecayed, begin, end);
+        run_tile<Vector>(shifted_out(undecayed, r.out_shift), begin, end, r.out_shift);
     }
   }
 }

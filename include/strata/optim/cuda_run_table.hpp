@@ -23,6 +23,7 @@ struct device_run {
   std::size_t count = 0;
   std::size_t first_tile = 0;  // tiles of all runs before this one
   unsigned decay = 1;
+  std::ptrdiff_t out_shift = 0;  // decay_run::out_shift
 };
 
 }  // namespace detail
@@ -43,7 +44,7 @@ class cuda_run_table {
       });
       end = r.offset + r.count;
       if (r.count == 0) continue;
-      table.push_back({r.offset, r.count, tiles_, r.decay ? 1u : 0u});
+      table.push_back({r.offset, r.count, tiles_, r.decay ? 1u : 0u, r.out_shift});
       tiles_ += (r.count + detail::cuda_run_tile - 1) / detail::cuda_run_tile;
     }
     runs_ = buffer<detail::device_run, cuda>(table.size());

@@ -12,6 +12,7 @@ struct lion {
 
   static constexpr int state_slots = 1;  // exp_avg
   static constexpr const char* name = "lion";
+  static constexpr bool writes_param_out = true;  // the compute copy, in the same pass
 
   void validate() const {
     detail::check_beta(name, "beta1", beta1);

@@ -14,6 +14,7 @@ struct sgd {
 
   static constexpr int state_slots = 1;  // the momentum buffer (untouched when momentum == 0)
   static constexpr const char* name = "sgd";
+  static constexpr bool writes_param_out = true;  // the compute copy, in the same pass
 
   void validate() const {
     detail::check_nonnegative(name, "momentum", momentum);

@@ -16,12 +16,13 @@
 
 namespace strata {
 
-// One flat shard. master is fp32 (the params themselves in fp32 mode, then param_out is
-// null); grad is G (float, bf16 or fp16); state0/state1 are the optimizer's moment
-// buffers (state_slots of them, zero-filled before the first step); param_out is the
-// 16-bit compute copy written in the same pass. seed and global_offset (the index of
-// element 0 in the whole flat parameter buffer) make stochastic rounding a function of
-// (seed, step, global index), independent of how the buffer is sharded.
+// One flat shard. master is fp32 (the params themselves in fp32 mode, where param_out is
+// null or a float copy); grad is G (float, bf16 or fp16); state0/state1 are the
+// optimizer's moment buffers (state_slots of them, zero-filled before the first step);
+// param_out is the compute copy (rounded to P) written in the same pass. seed and
+// global_offset (the index of element 0 in the whole flat parameter buffer) make
+// stochastic rounding a function of (seed, step, global index), independent of how the
+// buffer is sharded.
 template <class P, class G>
 struct shard_args {
   float* master = nullptr;
@@ -47,14 +48,25 @@ struct shard_args {
     s.global_offset = global_offset + offset;
     return s;
   }
+  // The same sub-shard, its compute copy written out_shift elements further along
+  // param_out than its master sits in master (decay_run::out_shift).
+  shard_args slice(std::size_t offset, std::size_t count, std::ptrdiff_t out_shift) const {
+    shard_args s = slice(offset, count);
+    if (s.param_out) s.param_out += out_shift;
+    return s;
+  }
 };
 
 // A contiguous run of a shard whose params all decay or all do not (AdamW and Lion do
 // not decay 1-D params by default: param::decay). offset is relative to the shard.
+// out_shift: where the run's compute copy goes, relative to its offset (param_out[i +
+// out_shift] for element i): a trainer's ZeRO-1/2 write each bucket's piece where it sits
+// in the full params, not where it sits in the shard.
 struct decay_run {
   std::size_t offset = 0;
   std::size_t count = 0;
   bool decay = true;
+  std::ptrdiff_t out_shift = 0;
   friend bool operator==(const decay_run&, const decay_run&) = default;
 };
 
@@ -67,7 +79,7 @@ inline void add_decay_run(std::vector<decay_run>& runs, std::size_t offset, std:
     expects<config_error>(offset >= last.offset + last.count,
                           strata::cat("add_decay_run: run at ", offset, " overlaps or precedes the run [", last.offset,
                                       ", ", last.offset + last.count, ")"));
-    if (last.decay == decay && last.offset + last.count == offset) {
+    if (last.decay == decay && last.offset + last.count == offset && last.out_shift == 0) {
       last.count += count;
       return;
     }
@@ -83,6 +95,11 @@ concept optimizer = requires(const O& o, const shard_args<float, float>& a) {
   o.step(a, 1.0f, 1.0f, true, 1L);
 };
 
+// Whether a policy's step writes shard_args::param_out where it is not null (the built-in
+// ones say so): a trainer rounds the compute params after the step of one that does not.
+template <class O>
+concept writes_param_out = requires { requires O::writes_param_out; };
+
 // Steps every run of a shard table with its decay flag. Runs must be sorted, disjoint
 // and inside the shard; elements outside every run (padding) are left alone. The CUDA
 // driver will take the same table and do one launch.
@@ -97,7 +114,7 @@ void step_runs(const O& opt, const shard_args<P, G>& a, std::span<const decay_ru
     end = r.offset + r.count;
   }
   for (const decay_run& r : runs)
-    if (r.count) opt.step(a.slice(r.offset, r.count), lr, grad_scale, r.decay, step);
+    if (r.count) opt.step(a.slice(r.offset, r.count, r.out_shift), lr, grad_scale, r.decay, step);
 }
 
 namespace detail {

@@ -204,12 +204,12 @@ class engine<cuda> {
   // (groups as engine<host> says: 0 the shard, else one bucket of a ZeRO-0 step).
   void prepare_step(std::span<const update_run> runs, std::size_t n, std::size_t group = 0) {
     std::vector<decay_run> d;
-    for (const auto& r : runs) d.push_back({r.begin, r.end - r.begin, r.decay});
+    for (const auto& r : runs) d.push_back({r.begin, r.end - r.begin, r.decay, r.out_shift()});
     if (tables_.size() <= group) tables_.resize(group + 1);
     tables_[group] = cuda_run_table(d, n);
   }
-  template <class Optimizer>
-  void step(const Optimizer& opt, const shard_args<float, float>& a, float lr, float grad_scale, long step,
+  template <class Optimizer, class P>
+  void step(const Optimizer& opt, const shard_args<P, float>& a, float lr, float grad_scale, long step,
             std::size_t group = 0) {
     step_runs_cuda(opt, a, tables_.at(group), lr, grad_scale, step, stream());
   }

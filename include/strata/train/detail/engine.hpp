@@ -85,15 +85,16 @@ class engine<host> {
     if (groups_.size() <= group) groups_.resize(group + 1);
     groups_[group].assign(runs.begin(), runs.end());
   }
-  template <class Optimizer>
-  void step(const Optimizer& opt, const shard_args<float, float>& a, float lr, float grad_scale, long step,
+  // With a.param_out, each run writes its compute params at param_out + out_begin.
+  template <class Optimizer, class P>
+  void step(const Optimizer& opt, const shard_args<P, float>& a, float lr, float grad_scale, long step,
             std::size_t group = 0) {
     for (const auto& r : groups_.at(group)) step_run(opt, a, r, lr, grad_scale, step);
   }
-  template <class Optimizer>
-  void step_run(const Optimizer& opt, const shard_args<float, float>& a, const update_run& r, float lr,
-                float grad_scale, long step) {
-    opt.step(a.slice(r.begin, r.end - r.begin), lr, grad_scale, r.decay, step);
+  template <class Optimizer, class P>
+  void step_run(const Optimizer& opt, const shard_args<P, float>& a, const update_run& r, float lr, float grad_scale,
+                long step) {
+    opt.step(a.slice(r.begin, r.end - r.begin, r.out_shift()), lr, grad_scale, r.decay, step);
   }
 
   void download(float* host_dst, const float* src, std::size_t n) { std::copy_n(src, n, host_dst); }

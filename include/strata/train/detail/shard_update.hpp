@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "../../optim/shard.hpp"
@@ -13,13 +14,16 @@
 
 namespace strata::detail {
 
-// Compute params = master rounded to the compute precision; then stages 1-2 all-gather
-// the pieces so every rank holds the full params again. Not a member of shard_update:
-// what only reads the optimizer's result is compiled once for every optimizer.
+// Compute params = master rounded to the compute precision (after a step that did not
+// write them itself, with_runs false: the tied copies' mirrors only); then stages 1-2
+// all-gather the pieces so every rank holds the full params again. Not a member of
+// shard_update: what only reads the optimizer's result is compiled once for every optimizer.
 template <class Types>
-void refresh_compute_params(typename Types::state_t& state, typename Types::dev_t& dev, param_gathers<Types>& gathers) {
+void refresh_compute_params(typename Types::state_t& state, typename Types::dev_t& dev, param_gathers<Types>& gathers,
+                            bool with_runs = true) {
   if constexpr (Types::split) dev.eng->synchronize();  // host_params may still be on its way
-  for (const auto& r : state.runs) state.template refresh_run<typename Types::compute_t>(*dev.eng, dev.host_eng, r);
+  if (with_runs)
+    for (const auto& r : state.runs) state.template refresh_run<typename Types::compute_t>(*dev.eng, dev.host_eng, r);
   for (const auto& r : state.mirrors) state.template refresh_mirror<typename Types::compute_t>(*dev.eng, r);
   gathers.gather_updated();
 }
@@ -50,10 +54,13 @@ class shard_update {
     }
   }
 
-  // Steps master and moments with the reduced grad shard (scaled by grad_scale), then
-  // refreshes the params and zeroes the grad shard for the next step.
+  // Steps master and moments with the reduced grad shard (scaled by grad_scale), writing
+  // the compute params in the same pass where they are the compute type (else rounding
+  // them after), then zeroes the grad shard for the next step.
   void apply(float lr, float grad_scale, long opt_step) {
-    shard_args<float, float> a{};
+    constexpr bool writes = Types::state_t::step_writes_params && writes_param_out<Optimizer>;
+    shard_args<std::conditional_t<writes, typename Types::param_t, float>, float> a{};
+    if constexpr (writes) a.param_out = state_.out_param();
     a.master = state_.master.data();
     a.grad = state_.grad_shard.data();
     a.state0 = Optimizer::state_slots > 0 ? state_.state0.data() : nullptr;
@@ -69,25 +76,28 @@ class shard_update {
         float* slot = state_.grads.data() + plan_.slot_offset(b);
         dev_.dp->all_gather(std::span<const float>(state_.grad_shard.data() + bk.shard_offset, bk.piece),
                             std::span<float>(slot, bk.size));
-        shard_args<float, float> ab = a.slice(bk.offset, bk.size);
+        auto ab = a.slice(bk.offset, bk.size);
         ab.grad = slot;
         dev_.eng->step(opt_, ab, lr, grad_scale, opt_step, b + 1);
       }
-      refresh_params_from_master();
+      refresh_compute_params<Types>(state_, dev_, gathers_, !writes);
     } else if constexpr (Types::split) {
       // Offloaded: the grad shard comes to the host, the host steps run by run, and each
       // run's new params go back to the device while the host steps the next one.
       dev_.eng->download(state_.host_grads.data(), a.grad, a.n);
       a.grad = state_.host_grads.data();
       for (const auto& r : state_.runs) {
-        dev_.host_eng.step_run(opt_, a, r, lr, grad_scale, opt_step);
-        state_.template refresh_run<compute_t>(*dev_.eng, dev_.host_eng, r);
+        dev_.host_eng.step_run(opt_, a, state_.written_run(r), lr, grad_scale, opt_step);
+        if constexpr (writes)
+          state_.upload_run(*dev_.eng, r);
+        else
+          state_.template refresh_run<compute_t>(*dev_.eng, dev_.host_eng, r);
       }
       for (const auto& r : state_.mirrors) state_.template refresh_mirror<compute_t>(*dev_.eng, r);
       gathers_.gather_updated();
     } else {
       dev_.eng->step(opt_, a, lr, grad_scale, opt_step);
-      refresh_params_from_master();
+      refresh_compute_params<Types>(state_, dev_, gathers_, !writes);
     }
     dev_.eng->fill(state_.grad_shard.data(), state_.grad_shard.size(), 0.0f);
     gathers_.invalidate();

@@ -22,6 +22,9 @@ namespace strata::detail {
 struct update_run {
   std::size_t begin = 0, end = 0, out_begin = 0;
   bool decay = true;
+  std::ptrdiff_t out_shift() const noexcept {
+    return static_cast<std::ptrdiff_t>(out_begin) - static_cast<std::ptrdiff_t>(begin);
+  }
 };
 
 // The element counts of a rank's buffers for a stage (the formulas of docs/architecture.md,
@@ -180,23 +183,40 @@ struct sharded_state {
   // The compute params this rank holds: the full params (stages 0-2) or its shard (3).
   Param* param_data() noexcept { return params_offloaded() ? host_param_shard.data() : params.data(); }
 
-  // Compute params of run r = its master rounded to P: on the device, or, with the state
-  // on the host, rounded there and copied over while the host goes on to the next run.
-  // An offloaded param shard is written where it lives: by the host from a host master,
-  // by the device (through unified addressing) from a device master.
+  // Whether the optimizer's step writes the compute params in its own pass
+  // (shard_args::param_out), one read of the master less: wherever they are stored as the
+  // compute type (fp32, and 16 bits on a GPU). The host's mixed params are floats holding
+  // 16-bit values, which no update functor writes; refresh_run rounds them after the step.
+  static constexpr bool step_writes_params = std::is_same_v<Param, Compute>;
+
+  // Where the optimizer side writes the compute params of run r: at out_param() +
+  // written_run(r).out_begin. That is the params themselves, or, with the state on the
+  // host, the pinned copy on its way up (at the master's index; upload_run moves it) or
+  // the offloaded param shard, which a host master writes where it lives.
+  Param* out_param() noexcept { return split && !params_offloaded() ? host_params.data() : param_data(); }
+  update_run written_run(const update_run& r) const noexcept {
+    return split && !params_offloaded() ? update_run{r.begin, r.end, r.begin, r.decay} : r;
+  }
+  // With the state on the host: run r's params, written in host_params, go up to the
+  // device while the host goes on to the next run.
+  template <class Engine>
+  void upload_run(Engine& eng, const update_run& r) {
+    if constexpr (split)
+      if (!params_offloaded())
+        eng.upload_async(params.data() + r.out_begin, host_params.data() + r.begin, r.end - r.begin);
+  }
+
+  // Compute params of run r = its master rounded to P, by the side that holds the master
+  // (the device writes an offloaded param shard through unified addressing).
   template <class P, class Engine, class HostEngine>
   void refresh_run(Engine& eng, HostEngine& host_eng, const update_run& r) {
     const std::size_t n = r.end - r.begin;
-    if constexpr (split) {
-      if (params_offloaded()) {
-        round_params<P>(host_eng, master.data() + r.begin, host_param_shard.data() + r.out_begin, n);
-        return;
-      }
-      round_params<P>(host_eng, master.data() + r.begin, host_params.data() + r.begin, n);
-      eng.upload_async(params.data() + r.out_begin, host_params.data() + r.begin, n);
-    } else {
-      round_params<P>(eng, master.data() + r.begin, param_data() + r.out_begin, n);
-    }
+    Param* out = out_param() + written_run(r).out_begin;
+    if constexpr (split)
+      round_params<P>(host_eng, master.data() + r.begin, out, n);
+    else
+      round_params<P>(eng, master.data() + r.begin, out, n);
+    upload_run(eng, r);
   }
 
   // Compute params of a mirror run (a tied copy's place at stages 1-2): as refresh_run
