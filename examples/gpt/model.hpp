@@ -65,10 +65,13 @@ struct block {
   strata::nn::gelu act;
   strata::nn::row_parallel_linear fc2;  // [D, 4D/T]
 
-  // The gradients live only within backward: one set serves every block (a trainer
-  // lends it through the context; see strata::call_scratch).
+  // Within one call (a trainer lends one set to every block; see strata::call_scratch):
+  // the norms' outputs h1, h2 and GELU's g, which backward makes again from the kept
+  // inputs (layer_norm::forward_again, gelu's forward: one pass each, the same bits), and
+  // the gradients.
   template <class Space, class Act = float>
   struct scratch {
+    strata::tensor<Act, Space> h1, h2, g;
     strata::tensor<Act, Space> dg, du, dh2, dx1, dh1;
   };
   template <class Space, class Act = float>
@@ -78,24 +81,27 @@ struct block {
     strata::nn::column_parallel_linear::cache<Space, Act> fc1;
     strata::nn::gelu::cache<Space, Act> act;
     strata::nn::row_parallel_linear::cache<Space, Act> fc2;
-    strata::tensor<Act, Space> h1, x1, h2, u, g;  // forward intermediates
+    strata::tensor<Act, Space> x1, u;  // x + attention, and fc1's output (GELU's input)
     strata::call_scratch<scratch<Space, Act>> work;
   };
   template <class Ctx>
   void forward(Ctx& ctx, const strata::tensor_for<Ctx>& x, strata::tensor_for<Ctx>& y,
                cache<strata::space_of<Ctx>, strata::activation_of<Ctx>>& c) const {
+    // attn's, fc1's and fc2's caches point at w.h1, w.h2 and w.g from here to backward,
+    // which makes them again there (other blocks' calls use the scratch in between).
+    auto& w = strata::scratch_of(ctx, c.work);
     {
       // Each branch its own trace scope, so a step's profile splits attention from the MLP.
       strata::trace_scope part(strata::trace_track::compute, "attn forward");
-      ln1.forward(ctx, x, c.h1, c.ln1);
-      attn.forward(ctx, c.h1, c.x1, c.attn);
+      ln1.forward(ctx, x, w.h1, c.ln1);
+      attn.forward(ctx, w.h1, c.x1, c.attn);
       strata::nn::add_into(ctx, c.x1, x);
     }
     strata::trace_scope part(strata::trace_track::compute, "mlp forward");
-    ln2.forward(ctx, c.x1, c.h2, c.ln2);
-    fc1.forward(ctx, c.h2, c.u, c.fc1);
-    act.forward(ctx, c.u, c.g, c.act);
-    fc2.forward(ctx, c.g, y, c.fc2);
+    ln2.forward(ctx, c.x1, w.h2, c.ln2);
+    fc1.forward(ctx, w.h2, c.u, c.fc1);
+    act.forward(ctx, c.u, w.g, c.act);
+    fc2.forward(ctx, w.g, y, c.fc2);
     strata::nn::add_into(ctx, y, c.x1);
   }
   template <class Ctx>
@@ -104,13 +110,16 @@ struct block {
     auto& w = strata::scratch_of(ctx, c.work);
     {
       strata::trace_scope part(strata::trace_track::compute, "mlp backward");
+      act.forward(ctx, c.u, w.g, c.act);
       fc2.backward(ctx, dy, w.dg, c.fc2);
       act.backward(ctx, w.dg, w.du, c.act);
+      ln2.forward_again(ctx, w.h2, c.ln2);
       fc1.backward(ctx, w.du, w.dh2, c.fc1);
       ln2.backward(ctx, w.dh2, w.dx1, c.ln2);
       strata::nn::add_into(ctx, w.dx1, dy);
     }
     strata::trace_scope part(strata::trace_track::compute, "attn backward");
+    ln1.forward_again(ctx, w.h1, c.ln1);
     attn.backward(ctx, w.dx1, w.dh1, c.attn);
     ln1.backward(ctx, w.dh1, dx, c.ln1);
     strata::nn::add_into(ctx, dx, w.dx1);

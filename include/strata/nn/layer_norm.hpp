@@ -15,6 +15,16 @@ namespace strata::nn {
 
 namespace detail {
 
+// y = (x - m) rs w + b of one row, rounded once to T: forward's last pass, and
+// forward_again's.
+template <class Row, class W, class T>
+STRATA_HOST_DEVICE STRATA_FORCEINLINE void layer_norm_scale_row(const Row& row, const T* xr, const W* w, const W* b,
+                                                                float m, float rs, T* yr, std::int64_t d) {
+  row.for_each(d, [&](std::int64_t j) {
+    yr[j] = round_to<T>((static_cast<float>(xr[j]) - m) * rs * static_cast<float>(w[j]) + static_cast<float>(b[j]));
+  });
+}
+
 // One row: the mean and the variance in two passes in double (the one-pass E[x^2] -
 // E[x]^2 cancels badly when |mean| >> std), then y. x and y are of the activation type T
 // (read as float, y rounded once), the weights of the context's weight type W.
@@ -42,10 +52,22 @@ struct layer_norm_forward_fn {
       mean[r] = m;
       rstd[r] = rs;
     });
-    T* yr = y + r * d;
-    row.for_each(d, [&](std::int64_t j) {
-      yr[j] = round_to<T>((static_cast<float>(xr[j]) - m) * rs * static_cast<float>(w[j]) + static_cast<float>(b[j]));
-    });
+    layer_norm_scale_row(row, xr, w, b, m, rs, y + r * d, d);
+  }
+};
+
+// One row of y again from the forward's mean and rstd: the forward's last pass, the same
+// bits, for a caller that does not keep y.
+template <class W = float, class T = float>
+struct layer_norm_apply_fn {
+  const T* x;
+  const W *w, *b;
+  const float *mean, *rstd;
+  T* y;
+  std::int64_t d;
+  template <class Row>
+  STRATA_HOST_DEVICE STRATA_FORCEINLINE void operator()(const Row& row, std::int64_t r) const {
+    layer_norm_scale_row(row, x + r * d, w, b, mean[r], rstd[r], y + r * d, d);
   }
 };
 
@@ -123,6 +145,22 @@ struct layer_norm {
                           x.data(), weights_of<Ctx>(weight), weights_of<Ctx>(bias), y.data(), c.mean.data(),
                           c.rstd.data(), d, static_cast<double>(eps)});
     c.x = &x;
+  }
+
+  // y as the last forward made it, from its input and statistics in the cache: one pass,
+  // the same bits, for a caller that keeps y only within a call (call_scratch.hpp).
+  template <class Ctx>
+  void forward_again(Ctx& ctx, tensor_for<Ctx>& y, const cache<space_of<Ctx>, activation_of<Ctx>>& c) const {
+    detail::require_forward_ran(c.x, "layer_norm", weight.name);
+    check_params();
+    const tensor_for<Ctx>& x = *c.x;
+    detail::require_distinct(&x, &y, "layer_norm", weight.name);
+    const std::int64_t d = dim();
+    y.resize(x.shape());
+    ops_of<Ctx>::rows(
+        exec_of(ctx), detail::rows_of(x.shape()), d,
+        detail::layer_norm_apply_fn<weight_of<Ctx>, activation_of<Ctx>>{
+            x.data(), weights_of<Ctx>(weight), weights_of<Ctx>(bias), c.mean.data(), c.rstd.data(), y.data(), d});
   }
 
   // With xhat = (x - mean) * rstd and g = dy * weight:

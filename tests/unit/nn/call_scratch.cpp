@@ -2,6 +2,8 @@
 // per type, scratch_of takes it where the context has a pool and the cache's own
 // elsewhere, and layers sharing one S (Qwen2's decoder: its own, attention's and the
 // MLP's) give the bits of layers that each keep their own, while their caches keep none.
+// examples/gpt's block, which makes its norms' and GELU's outputs again in backward,
+// gives the bits of the same layers composed with every intermediate kept.
 #include <cstring>
 #include <span>
 #include <utility>
@@ -10,6 +12,7 @@
 #include <strata/models/qwen2.hpp>
 #include <strata/space/call_scratch.hpp>
 
+#include "../../../examples/gpt/model.hpp"
 #include "support.hpp"
 
 using namespace nn_test;
@@ -129,4 +132,101 @@ TEST_CASE("decoder layers lent one scratch: the bits of their own, and their cac
     CHECK(cache.self_attn.work.own.dq.capacity() == 0);
   }
   CHECK(pool.get<nn::swiglu_mlp::scratch<strata::host, float>>().d_gate.capacity() == 10 * 40);
+}
+
+namespace {
+
+// examples/gpt's block spelled out, every intermediate kept: what the block computed
+// before it made h1, h2 and g again in backward.
+struct kept_block {
+  explicit kept_block(gpt::block& blk) : b(blk) {}
+  gpt::block& b;
+  nn::layer_norm::cache<strata::host> ln1, ln2;
+  nn::causal_self_attention::cache<strata::host> attn;
+  nn::column_parallel_linear::cache<strata::host> fc1;
+  nn::gelu::cache<strata::host> act;
+  nn::row_parallel_linear::cache<strata::host> fc2;
+  tensor<float> h1, x1, h2, u, g, dg, du, dh2, dx1, dh1;
+
+  void forward(context& ctx, const tensor<float>& x, tensor<float>& y) {
+    b.ln1.forward(ctx, x, h1, ln1);
+    b.attn.forward(ctx, h1, x1, attn);
+    nn::add_into(ctx, x1, x);
+    b.ln2.forward(ctx, x1, h2, ln2);
+    b.fc1.forward(ctx, h2, u, fc1);
+    b.act.forward(ctx, u, g, act);
+    b.fc2.forward(ctx, g, y, fc2);
+    nn::add_into(ctx, y, x1);
+  }
+  void backward(context& ctx, const tensor<float>& dy, tensor<float>& dx) {
+    b.fc2.backward(ctx, dy, dg, fc2);
+    b.act.backward(ctx, dg, du, act);
+    b.fc1.backward(ctx, du, dh2, fc1);
+    b.ln2.backward(ctx, dh2, dx1, ln2);
+    nn::add_into(ctx, dx1, dy);
+    b.attn.backward(ctx, dx1, dh1, attn);
+    b.ln1.backward(ctx, dh1, dx, ln1);
+    nn::add_into(ctx, dx, dx1);
+  }
+};
+
+std::vector<float> take_grads(std::vector<gpt::block>& bs) {
+  std::vector<float> out;
+  for (auto& b : bs)
+    strata::for_each_param(b, [&](auto& p, std::string_view) {
+      for (float& g : p.grads()) {
+        out.push_back(g);
+        g = 0.0f;
+      }
+    });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("gpt's block makes h1, h2 and g again in backward: the bits of keeping them") {
+  std::mt19937 rng(11);
+  param_store store;
+  const gpt::config cfg{.vocab = 8, .seq = 5, .dim = 16, .heads = 4, .layers = 2};
+  auto bs = gpt::make_model(cfg).blocks;
+  for (auto& b : bs) strata::for_each_param(b, [&](auto& p, std::string_view) { store.bind(p, rng, -0.3f, 0.3f); });
+  const auto x = random_tensor(shape{2, 5, 16}, rng);
+  const auto dy = random_tensor(shape{2, 5, 16}, rng);
+
+  context plain;
+  run_result ref;
+  {
+    kept_block k0(bs[0]), k1(bs[1]);
+    tensor<float> mid, dmid;
+    k0.forward(plain, x, mid);
+    k1.forward(plain, mid, ref.y);
+    k1.backward(plain, dy, dmid);
+    k0.backward(plain, dmid, ref.dx);
+    ref.grads = take_grads(bs);
+  }
+  using block_cache = gpt::block::cache<strata::host>;
+  const auto through_blocks = [&](auto& ctx, std::vector<block_cache>& caches) {
+    run_result r;
+    tensor<float> mid, dmid;
+    bs[0].forward(ctx, x, mid, caches[0]);
+    bs[1].forward(ctx, mid, r.y, caches[1]);
+    bs[1].backward(ctx, dy, dmid, caches[1]);
+    bs[0].backward(ctx, dmid, r.dx, caches[0]);
+    r.grads = take_grads(bs);
+    return r;
+  };
+  std::vector<block_cache> own(2), shared(2);
+  strata::scratch_pool pool;
+  pooled_context lent;
+  lent.pool = &pool;
+  const run_result a = through_blocks(plain, own);
+  const run_result b = through_blocks(lent, shared);
+  const run_result c = through_blocks(lent, shared);  // a second step on the same caches
+  for (const run_result* r : {&a, &b, &c}) {
+    CHECK(same_bits(r->y.span(), ref.y.span()));
+    CHECK(same_bits(r->dx.span(), ref.dx.span()));
+    CHECK(same_bits(r->grads, ref.grads));
+  }
+  CHECK(ref.grads.size() > 0);
+  for (const auto& cache : shared) CHECK(cache.work.own.h2.capacity() == 0);  // lent: the block keeps x1 and u only
 }

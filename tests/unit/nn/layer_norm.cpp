@@ -1,6 +1,9 @@
 // nn::layer_norm against a double reference (including rows with a large mean), finite
-// differences for weight, bias and input, += semantics, reuse, and bad shapes.
+// differences for weight, bias and input, += semantics, reuse, and bad shapes;
+// forward_again gives forward's bits from the kept input and statistics.
+#include <cstring>
 #include <strata/nn/layer_norm.hpp>
+#include <vector>
 
 #include "support.hpp"
 
@@ -67,6 +70,40 @@ TEST_CASE("layer_norm forward matches a double reference") {
     const auto ref = reference(big, x);
     for (std::size_t i = 0; i < ref.size(); ++i) REQUIRE(std::abs(y[i] - ref[i]) <= 2e-6 * (1.0 + std::abs(ref[i])));
   }
+}
+
+TEST_CASE("layer_norm forward_again: forward's bits from the kept input, mean and rstd") {
+  std::mt19937 rng(21);
+  param_store store;
+  context ctx;
+  auto ln = nn::make_layer_norm(48);
+  store.bind(ln.weight, rng, 0.5f, 1.5f);
+  store.bind(ln.bias, rng);
+  const auto x = random_tensor(shape{3, 7, 48}, rng, 5.0f, 9.0f);  // a mean far from 0
+  nn::layer_norm::cache c;
+  tensor<float> y, again;
+  ln.forward(ctx, x, y, c);
+  ln.forward_again(ctx, again, c);
+  REQUIRE(again.shape() == y.shape());
+  CHECK(std::memcmp(again.data(), y.data(), y.numel() * sizeof(float)) == 0);
+  CHECK_THROWS_AS(ln.forward_again(ctx, again, nn::layer_norm::cache{}), strata::config_error);  // no forward ran
+
+  // bf16 activations: the same rounding of the same float expression.
+  using strata::bf16;
+  namespace d = strata::nn::detail;
+  const std::int64_t rows = 21, dim = 48;
+  std::vector<bf16> xb(x.numel()), yb(x.numel()), yb2(x.numel());
+  for (std::size_t i = 0; i < x.numel(); ++i) xb[i] = bf16(x[i]);
+  std::vector<float> mean(rows), rstd(rows);
+  using ops = strata::ops<strata::host>;
+  const strata::executor<strata::host> exec{};
+  ops::rows(exec, rows, dim,
+            d::layer_norm_forward_fn<float, bf16>{xb.data(), ln.weight.data(), ln.bias.data(), yb.data(), mean.data(),
+                                                  rstd.data(), dim, 1e-5});
+  ops::rows(exec, rows, dim,
+            d::layer_norm_apply_fn<float, bf16>{xb.data(), ln.weight.data(), ln.bias.data(), mean.data(), rstd.data(),
+                                                yb2.data(), dim});
+  CHECK(std::memcmp(yb.data(), yb2.data(), yb.size() * sizeof(bf16)) == 0);
 }
 
 TEST_CASE("layer_norm backward matches finite differences and accumulates") {
