@@ -24,7 +24,15 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+// Without its JSON library the frontend defines these two of nlohmann's macros as
+// nothing; a program's own serializers after this header keep nlohmann's.
+#pragma push_macro("NLOHMANN_JSON_SERIALIZE_ENUM")
+#pragma push_macro("NLOHMANN_DEFINE_TYPE_INTRUSIVE")
+#undef NLOHMANN_JSON_SERIALIZE_ENUM
+#undef NLOHMANN_DEFINE_TYPE_INTRUSIVE
 #include <cudnn_frontend.h>
+#pragma pop_macro("NLOHMANN_DEFINE_TYPE_INTRUSIVE")
+#pragma pop_macro("NLOHMANN_JSON_SERIALIZE_ENUM")
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +44,7 @@
 #include <tuple>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 
 #include "../../core/dtype.hpp"
 #include "../../core/error.hpp"
@@ -127,6 +136,14 @@ class cudnn_attention {
     }
     // 9.0 is the first with grouped-query fused attention and a deterministic backward.
     if (version_ < 90000) why_ = strata::cat(lib, " is cuDNN ", version_, "; fused attention needs 9.0 or newer");
+    // The frontend opens a CUDA runtime of its own, libcudart.so.12 before .13, for its
+    // device queries and workspace copies: it must be the one this program runs on (whose
+    // current device strata set), not another found on the library path. A user's
+    // CUDNN_FRONTEND_CUDART_LIB_NAME stays.
+    Dl_info self{};
+    if (dladdr(reinterpret_cast<const void*>(&cudaGetDevice), &self) && self.dli_fname &&
+        std::string_view(self.dli_fname).find("libcudart") != std::string_view::npos)
+      setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", self.dli_fname, 0);
   }
 
   cudnnHandle_t handle(int device) {
@@ -166,7 +183,9 @@ class cudnn_attention {
           .set_compute_data_type(fe::DataType_t::FLOAT);
       return g;
     };
-    const auto stats_attributes = [&](fe::graph::Tensor_attributes a) {
+    // By reference: the forward's statistics are the graph's own tensor (a copy would
+    // leave it to the frontend's uid and layout inference).
+    const auto stats_attributes = [&](fe::graph::Tensor_attributes& a) -> fe::graph::Tensor_attributes& {
       return a.set_uid(stats_uid)
           .set_data_type(fe::DataType_t::FLOAT)
           .set_dim({l.B, l.H, l.S, 1})
@@ -193,7 +212,8 @@ class cudnn_attention {
     auto bv = b->tensor(operand("v", v_uid, l.B, KV, l.S, l.hd, l.ldkv, l.kv_head));
     auto bo = b->tensor(operand("o", o_uid, l.B, l.H, l.S, l.hd, ldo, l.hd));
     auto bdo = b->tensor(operand("do", do_uid, l.B, l.H, l.S, l.hd, ldo, l.hd));
-    auto bstats = b->tensor(stats_attributes(fe::graph::Tensor_attributes().set_name("stats")));
+    fe::graph::Tensor_attributes saved_stats;
+    auto bstats = b->tensor(stats_attributes(saved_stats.set_name("stats")));
     auto [dq, dk, dv] = b->sdpa_backward(bq, bk, bv, bo, bdo, bstats,
                                          fe::graph::SDPA_backward_attributes()
                                              .set_name("attention_backward")
@@ -211,8 +231,19 @@ class cudnn_attention {
         return plans{};
       }
     }
-    if (!f->get_workspace_size(p.forward_workspace).is_good() || !b->get_workspace_size(p.backward_workspace).is_good())
-      return plans{};
+    // The variant packs name the statistics by stats_uid: the graph must have taken it.
+    expects<cuda_error>(stats->get_uid() == stats_uid, [&] {
+      return strata::cat("cuDNN attention: the forward's statistics have uid ", stats->get_uid(), ", not ",
+                         static_cast<std::int64_t>(stats_uid));
+    });
+    for (auto [g, size] : {std::pair{f.get(), &p.forward_workspace}, std::pair{b.get(), &p.backward_workspace}}) {
+      fe::error_object e = g->get_workspace_size(*size);
+      if (!e.is_good()) {
+        std::fprintf(stderr, "strata: cuDNN %d refuses fused attention for %s (workspace: %s); it runs unfused\n",
+                     version_, shape.c_str(), e.get_message().c_str());
+        return plans{};
+      }
+    }
     p.forward = std::move(f);
     p.backward = std::move(b);
     p.handle = h;
@@ -248,7 +279,7 @@ template <>
 struct fused_attention<cuda> {
   // Whether attention of layout l runs fused: cuDNN is loaded and took the shape.
   template <class T>
-  requires(!std::is_same_v<T, float>)
+  requires(std::is_same_v<T, bf16> || std::is_same_v<T, fp16>)
   static bool takes(const attention_layout& l) {
     return cudnn_attention::instance().find<T>(l) != nullptr;
   }
