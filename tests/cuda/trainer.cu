@@ -310,7 +310,7 @@ TEST_CASE("a tied head shares its embedding's piece on the GPU: every stage, off
   CHECK(tied_run<strata::zero<1>, cuda>().memory.bytes.at("master") == host.memory.bytes.at("master"));
 }
 
-// Item 4 of issue 37: a step of fixed shape allocates nothing on the device once the
+// A step of fixed shape allocates nothing on the device once the
 // first two have made what they keep (the call scratch, cuDNN's plans, the comm
 // buffers): every layout, fp32 and bf16 (fused attention where cuDNN takes the shape).
 TEST_CASE("after the second step a GPU trainer allocates no device memory") {

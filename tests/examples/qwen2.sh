@@ -57,6 +57,12 @@ common=("${data[@]}" --seq 64 --batch 8 --lr 3e-3 --warmup 5 --shuffle 5 --quiet
 "$mpiexec" -n 4 "$qwen2" "${common[@]}" --pp 2 --zero 1 --steps 6 --report "$work/pp_straight.json"
 "$mpiexec" -n 4 "$qwen2" "${common[@]}" --pp 2 --zero 1 --steps 3 --save "$work/ckpt_pp"
 "$mpiexec" -n 4 "$qwen2" "${common[@]}" --zero 3 --steps 6 --load "$work/ckpt_pp" --report "$work/from_pp.json"
+# ZeRO-0's master holds the tied head once too (at the embedding's place): its checkpoint
+# resumes bitwise, at ZeRO-0 and at ZeRO-3, and a ZeRO-3 checkpoint loads at ZeRO-0.
+"$mpiexec" -n 4 "$qwen2" "${common[@]}" --zero 0 --steps 3 --save "$work/ckpt0"
+"$mpiexec" -n 4 "$qwen2" "${common[@]}" --zero 0 --steps 6 --load "$work/ckpt0" --report "$work/z0_resumed.json"
+"$mpiexec" -n 4 "$qwen2" "${common[@]}" --zero 3 --steps 6 --load "$work/ckpt0" --report "$work/z0_to_z3.json"
+"$mpiexec" -n 4 "$qwen2" "${common[@]}" --zero 0 --steps 6 --load "$work/ckpt" --report "$work/z3_to_z0.json"
 
 # Hugging Face's DeepSpeed templates as they are: every "auto" filled from the options.
 for t in hf_zero2_auto hf_zero3_auto; do
@@ -137,6 +143,11 @@ assert resumed["weights_hash"] == straight["weights_hash"], (resumed["weights_ha
 assert resumed["losses"] == straight["losses"][3:], (resumed["losses"], straight["losses"])
 assert resharded["weights_hash"] == straight["weights_hash"], "a ZeRO-3 checkpoint resumed at ZeRO-1"
 print("resume: bitwise the uninterrupted run, at ZeRO-3 and resharded to ZeRO-1")
+for name in ("z0_resumed", "z0_to_z3", "z3_to_z0"):
+    got = json.load(open(os.path.join(work, f"{name}.json")))
+    assert got["weights_hash"] == straight["weights_hash"], (name, got["weights_hash"], straight["weights_hash"])
+    assert got["losses"] == straight["losses"][3:], (name, got["losses"], straight["losses"])
+print("resume: a ZeRO-0 checkpoint (the tied head held once) resumes bitwise at ZeRO-0 and ZeRO-3, and back")
 # The same weights at another layout: the losses differ at most by the order of their sums.
 for name, ref in (("to_pp", straight), ("from_pp", json.load(open(os.path.join(work, "pp_straight.json"))))):
     got = json.load(open(os.path.join(work, f"{name}.json")))["losses"]

@@ -564,21 +564,19 @@ TEST_CASE("tied copies stay one tensor: equal bits after training, at every layo
     const std::vector<float> head(named.end() - static_cast<long>(n), named.end());
     CHECK(weights_hash(embed) == weights_hash(head));
     // On one stage the copy has no master of its own (nor moments: the same count), so
-    // the one tensor is counted once; ZeRO-0 keeps its whole padded layout, copy and all.
-    if constexpr (S::stage > 0) {
-      if (g.pp_size() == 1) {
-        std::size_t all = 0, copy = 0;
-        for (const auto& p : tr.layout().params()) {
-          all += p.numel;
-          if (!p.tied_to.empty()) copy += p.numel;
-        }
-        const std::size_t dp = static_cast<std::size_t>(g.dp_size());
-        const std::size_t master = tr.memory().bytes.at("master") / sizeof(float) * dp;
-        CHECK(copy > 0);
-        CHECK(master >= all - copy);
-        CHECK(master <= all - copy + tr.plan().buckets().size() * dp * 16);  // bucket padding
-        CHECK(tr.memory().bytes.at("optimizer_states") == 2 * tr.memory().bytes.at("master"));
+    // the one tensor is counted once, at every stage (ZeRO-0's whole master included).
+    if (g.pp_size() == 1) {
+      std::size_t all = 0, copy = 0;
+      for (const auto& p : tr.layout().params()) {
+        all += p.numel;
+        if (!p.tied_to.empty()) copy += p.numel;
       }
+      const std::size_t dp = S::stage > 0 ? static_cast<std::size_t>(g.dp_size()) : 1;
+      const std::size_t master = tr.memory().bytes.at("master") / sizeof(float) * dp;
+      CHECK(copy > 0);
+      CHECK(master >= all - copy);
+      CHECK(master <= all - copy + tr.plan().buckets().size() * static_cast<std::size_t>(g.dp_size()) * 16);  // padding
+      CHECK(tr.memory().bytes.at("optimizer_states") == 2 * tr.memory().bytes.at("master"));
     }
   };
   if (w.size() == 1) {
@@ -592,6 +590,7 @@ TEST_CASE("tied copies stay one tensor: equal bits after training, at every layo
     check(tp, type_tag<zero<2>>{}, "tp 2 x dp 2, ZeRO-2");
     grid dp(w);
     check(dp, type_tag<zero<3>>{}, "dp 4, ZeRO-3");
+    check(dp, type_tag<replicated>{}, "dp 4, ZeRO-0");
   }
 }
 

@@ -65,7 +65,9 @@ struct checkpoint_state {
 
 namespace detail {
 
-inline constexpr int checkpoint_format_version = 2;
+// 3: a replicated master holds a tied copy's bucket once (each bucket's replica_offset);
+// version 2's replicated masters are the whole padded buffer, read as such.
+inline constexpr int checkpoint_format_version = 3;
 
 inline std::string step_dir_name(long step) {
   char s[32];
@@ -122,8 +124,11 @@ inline nlohmann::json group_entry(const checkpoint_state& s, const std::vector<s
                                               s.shard_offsets[i], s.param_offset[i]}));
   g["buckets"] = nlohmann::json::array();
   for (const auto& b : s.plan->buckets())
-    g["buckets"].push_back(
-        {{"offset", b.offset}, {"size", b.size}, {"piece", b.piece}, {"shard_offset", b.shard_offset}});
+    g["buckets"].push_back({{"offset", b.offset},
+                            {"size", b.size},
+                            {"piece", b.piece},
+                            {"shard_offset", b.shard_offset},
+                            {"replica_offset", b.replica_offset}});
   const int files = s.replicated_master ? 1 : s.dp_size;
   for (int r = 0; r < files; ++r)
     g["files"].push_back({{"name", rank_file_name(static_cast<int>(sums[3 * r + 2]))},
@@ -274,8 +279,9 @@ void load_checkpoint(Comm& world, checkpoint_state& s, const std::filesystem::pa
   auto fail = [&](const std::string& what) { throw checkpoint_error(where + ": " + what); };
   try {
     if (m.value("format", "") != "strata-checkpoint") fail("not a strata checkpoint manifest");
-    if (m.at("format_version").get<int>() != detail::checkpoint_format_version)
-      fail(strata::cat("format version ", m.at("format_version").get<int>(), ", this strata reads version ",
+    const int version = m.at("format_version").get<int>();
+    if (version != detail::checkpoint_format_version && version != 2)
+      fail(strata::cat("format version ", version, ", this strata reads versions 2 to ",
                        detail::checkpoint_format_version));
     if (m.at("optimizer").get<std::string>() != s.optimizer || m.at("state_slots").get<int>() != s.state_slots)
       fail(strata::cat("saved with optimizer ", m.at("optimizer").get<std::string>(), ", this run uses ", s.optimizer));

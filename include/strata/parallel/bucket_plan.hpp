@@ -24,9 +24,11 @@ struct bucket {
   std::size_t size = 0;                        // padded: a multiple of ranks * piece_alignment
   std::size_t piece = 0;                       // size / ranks: what each rank owns
   std::size_t shard_offset = 0;                // where this bucket's piece starts in a rank's shard
+  std::size_t replica_offset = 0;              // where it starts in a replicated (ZeRO-0) master
   // A tied pair on one stage (an LM head tied to the embedding): the partner's index, and
   // on the copy's bucket `shares_piece`: its piece of the shard is the source's (one
-  // master, one set of moments, one gradient shard for the one tensor).
+  // master, one set of moments, one gradient shard for the one tensor), and so is its
+  // place in a replicated master (replica_offset).
   std::size_t tied_partner = npos;
   bool shares_piece = false;
 
@@ -86,13 +88,14 @@ class bucket_plan {
       b.size = (b.src_end - b.src_begin + quantum - 1) / quantum * quantum;
       b.piece = b.size / static_cast<std::size_t>(ranks);
       b.shard_offset = shard;
+      b.replica_offset = offset;
       offset += b.size;
       shard += b.piece;
       max_bucket_ = std::max(max_bucket_, b.size);
       slot_size_[i % 2] = std::max(slot_size_[i % 2], b.size);
       for (std::size_t l = b.first_layer; l < b.end_layer; ++l) layer_bucket_[l] = i;
     }
-    total_ = offset;
+    total_ = replica_total_ = offset;
     shard_size_ = shard;
     share_tied_pieces(layout, layer_begin, layer_end);
     for (const auto& p : layout.params())
@@ -103,6 +106,9 @@ class bucket_plan {
   int ranks() const noexcept { return ranks_; }
   const std::vector<bucket>& buckets() const noexcept { return buckets_; }
   std::size_t total() const noexcept { return total_; }
+  // A replicated master's elements: the padded buffer less the buckets that share their
+  // partner's piece (total() without ties).
+  std::size_t replica_total() const noexcept { return replica_total_; }
   std::size_t shard_size() const noexcept { return shard_size_; }
   std::size_t max_bucket() const noexcept { return max_bucket_; }
   std::size_t max_piece() const noexcept { return ranks_ ? max_bucket_ / static_cast<std::size_t>(ranks_) : 0; }
@@ -182,15 +188,21 @@ class bucket_plan {
       }
     }
     if (!any) return;
-    std::size_t shard = 0;
+    std::size_t shard = 0, replica = 0;
     for (auto& b : buckets_) {
       if (b.shares_piece) continue;
       b.shard_offset = shard;
+      b.replica_offset = replica;
       shard += b.piece;
+      replica += b.size;
     }
     for (auto& b : buckets_)
-      if (b.shares_piece) b.shard_offset = buckets_[b.tied_partner].shard_offset;
+      if (b.shares_piece) {
+        b.shard_offset = buckets_[b.tied_partner].shard_offset;
+        b.replica_offset = buckets_[b.tied_partner].replica_offset;
+      }
     shard_size_ = shard;
+    replica_total_ = replica;
   }
 
   struct padded_param {
@@ -213,7 +225,7 @@ class bucket_plan {
   }
 
   int ranks_ = 1;
-  std::size_t layers_ = 0, total_ = 0, shard_size_ = 0, max_bucket_ = 0;
+  std::size_t layers_ = 0, total_ = 0, replica_total_ = 0, shard_size_ = 0, max_bucket_ = 0;
   std::size_t slot_size_[2] = {0, 0};
   std::vector<bucket> buckets_;
   std::vector<std::size_t> layer_bucket_;

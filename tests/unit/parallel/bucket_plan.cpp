@@ -350,6 +350,16 @@ TEST_CASE("bucket plan: a tied copy on the source's stage shares its piece of th
     }
     CHECK(plan.shard_size() == shard);
     CHECK(plan.shard_size() * static_cast<std::size_t>(ranks) == plan.total() - bs[c].size);
+    // A replicated (ZeRO-0) master holds the copy's bucket once too, at the source's place.
+    CHECK(bs[c].replica_offset == bs[s].replica_offset);
+    std::size_t replica = 0;
+    for (const auto& b : bs) {
+      if (b.shares_piece) continue;
+      CHECK(b.replica_offset == replica);
+      replica += b.size;
+    }
+    CHECK(plan.replica_total() == replica);
+    CHECK(plan.replica_total() == plan.total() - bs[c].size);
     for (int r = 0; r < ranks; ++r) {
       std::size_t at = 0;
       for (const auto& run : plan.shard_runs(r)) {
@@ -366,6 +376,8 @@ TEST_CASE("bucket plan: a tied copy on the source's stage shares its piece of th
         CHECK(b.tied_partner == strata::bucket::npos);
       }
       CHECK(stage.shard_size() * static_cast<std::size_t>(ranks) == stage.total());
+      CHECK(stage.replica_total() == stage.total());
+      for (const auto& b : stage.buckets()) CHECK(b.replica_offset == b.offset);
     }
   }
 }

@@ -103,6 +103,7 @@ inline std::size_t full_run(const saved_param& p, std::size_t g) {
 struct saved_group {
   struct bucket {
     std::size_t offset, size, piece, shard_offset;
+    std::size_t replica_offset;  // in a replicated master (version 2: the padded offset)
   };
   struct file {
     std::string name, checksum;
@@ -126,9 +127,11 @@ struct saved_group {
       s.params.push_back({p.at("name").get<std::string>(), shape_of(p.at("shape").get<std::vector<std::int64_t>>()),
                           shape_of(p.at("full_shape").get<std::vector<std::int64_t>>()), p.at("shard_dim").get<int>(),
                           p.at("shard_offset").get<std::int64_t>(), p.at("offset").get<std::size_t>()});
-    for (const auto& b : g.at("buckets"))
-      s.buckets.push_back({b.at("offset").get<std::size_t>(), b.at("size").get<std::size_t>(),
-                           b.at("piece").get<std::size_t>(), b.at("shard_offset").get<std::size_t>()});
+    for (const auto& b : g.at("buckets")) {
+      const auto offset = b.at("offset").get<std::size_t>();
+      s.buckets.push_back({offset, b.at("size").get<std::size_t>(), b.at("piece").get<std::size_t>(),
+                           b.at("shard_offset").get<std::size_t>(), b.value("replica_offset", offset)});
+    }
     for (const auto& f : g.at("files")) {
       file x;
       x.name = f.at("name").get<std::string>();
@@ -145,18 +148,14 @@ struct saved_group {
     std::size_t file, pos, count;
   };
   place locate(std::size_t at, const std::string& where) const {
-    if (replicated) {
-      if (files.empty() || at >= per_file)
-        throw checkpoint_error(cat(where, ": a param range lies outside the saved shards"));
-      return {0, at, per_file - at};
-    }
     auto it = std::upper_bound(buckets.begin(), buckets.end(), at,
                                [](std::size_t v, const bucket& b) { return v < b.offset; });
     if (it == buckets.begin() || at - (it - 1)->offset >= (it - 1)->size)
       throw checkpoint_error(cat(where, ": a param offset lies outside every bucket"));
     const auto& b = *(it - 1);
     const std::size_t within = at - b.offset;
-    const place p{within / b.piece, b.shard_offset + within % b.piece, b.piece - within % b.piece};
+    const place p = replicated ? place{0, b.replica_offset + within, b.size - within}
+                               : place{within / b.piece, b.shard_offset + within % b.piece, b.piece - within % b.piece};
     if (p.file >= files.size() || p.pos + p.count > per_file)
       throw checkpoint_error(cat(where, ": a param range lies outside the saved shards"));
     return p;

@@ -39,15 +39,18 @@ class shard_update {
       : opt_(opt), plan_(plan), state_(state), dev_(dev), gathers_(gathers) {}
 
   // After the state is allocated: ZeRO-0 steps a bucket at a time, each bucket's runs a
-  // step group of the engine's (numbered from 1), relative to it.
+  // step group of the engine's (numbered from 1), relative to its place in the master
+  // (their params still go to the bucket's place in the full buffer).
   void prepare() {
     if constexpr (by_bucket()) {
       for (std::size_t b = 0; b < plan_.buckets().size(); ++b) {
         const auto& bk = plan_.buckets()[b];
+        if (bk.shares_piece) continue;  // its partner's runs step the one tensor
+        const std::size_t at = bk.replica_offset;
         std::vector<update_run> runs;
         for (const auto& r : state_.runs) {
-          const std::size_t s = std::max(r.begin, bk.offset), e = std::min(r.end, bk.offset + bk.size);
-          if (s < e) runs.push_back({s - bk.offset, e - bk.offset, s - bk.offset, r.decay});
+          const std::size_t s = std::max(r.begin, at), e = std::min(r.end, at + bk.size);
+          if (s < e) runs.push_back({s - at, e - at, r.out_begin + (s - r.begin) - at, r.decay});
         }
         dev_.eng->prepare_step(runs, bk.size, b + 1);
       }
@@ -72,11 +75,11 @@ class shard_update {
       // follows the compute stream's earlier work, so the step that last read the slot.
       for (std::size_t b = 0; b < plan_.buckets().size(); ++b) {
         const auto& bk = plan_.buckets()[b];
-        if (bk.size == 0) continue;
+        if (bk.size == 0 || bk.shares_piece) continue;
         float* slot = state_.grads.data() + plan_.slot_offset(b);
         dev_.dp->all_gather(std::span<const float>(state_.grad_shard.data() + bk.shard_offset, bk.piece),
                             std::span<float>(slot, bk.size));
-        auto ab = a.slice(bk.offset, bk.size);
+        auto ab = a.slice(bk.replica_offset, bk.size);
         ab.grad = slot;
         dev_.eng->step(opt_, ab, lr, grad_scale, opt_step, b + 1);
       }

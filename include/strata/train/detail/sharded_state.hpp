@@ -55,7 +55,8 @@ struct state_sizes {
     n.wire = mixed ? two_buckets : 0;
     n.wire_out = mixed ? two_pieces : 0;
     n.reduced = mixed ? 0 : two_pieces;
-    const std::size_t owned = stage == 0 ? total : shard;
+    // ZeRO-0's master is whole, a tied copy's bucket held once (bucket::replica_offset).
+    const std::size_t owned = stage == 0 ? plan.replica_total() : shard;
     n.master = owned;
     n.state0 = state_slots > 0 ? owned : 0;
     n.state1 = state_slots > 1 ? owned : 0;
@@ -128,17 +129,14 @@ struct sharded_state {
   }
 
   // Calls f(padded_offset, master_index, n) for the parts of the padded range [lo, hi)
-  // whose master copy this rank holds.
+  // whose master copy this rank holds: its piece of each bucket, or (ZeRO-0) the whole
+  // bucket at its replica_offset.
   template <class F>
   void for_each_master_range(const bucket_plan& plan, int stage, std::size_t lo, std::size_t hi, F&& f) const {
-    if (stage == 0) {
-      if (hi > lo) f(lo, lo, hi - lo);
-      return;
-    }
     for (const auto& b : plan.buckets()) {
-      const std::size_t pb = b.piece_begin(rank), pe = pb + b.piece;
+      const std::size_t pb = stage == 0 ? b.offset : b.piece_begin(rank), pe = pb + (stage == 0 ? b.size : b.piece);
       const std::size_t s = lo > pb ? lo : pb, e = hi < pe ? hi : pe;
-      if (s < e) f(s, b.shard_offset + (s - pb), e - s);
+      if (s < e) f(s, (stage == 0 ? b.replica_offset : b.shard_offset) + (s - pb), e - s);
     }
   }
 
@@ -278,29 +276,30 @@ struct sharded_state {
   void make_runs(const bucket_plan& plan, int stage) {
     runs.clear();
     mirrors.clear();
-    if (stage == 0) {
-      for (const auto& d : plan.full_runs()) runs.push_back({d.offset, d.offset + d.count, d.offset, d.decay});
-      return;
-    }
-    // Split the shard's decay runs at bucket pieces: stages 1-2 write each piece back
-    // into its bucket's place in the full params buffer.
-    for (const auto& d : plan.shard_runs(rank)) {
+    // The decay runs in master coordinates, split at bucket pieces (ZeRO-0: buckets):
+    // stages 0-2 write each into its bucket's place in the full params buffer.
+    const auto master_begin = [&](const bucket& b) { return stage == 0 ? b.replica_offset : b.shard_offset; };
+    const auto owned = [&](const bucket& b) { return stage == 0 ? b.size : b.piece; };
+    const auto out_begin = [&](const bucket& b) { return stage == 0 ? b.offset : b.piece_begin(rank); };
+    const std::vector<decay_run> master_runs = stage == 0 ? plan.full_runs() : plan.shard_runs(rank);
+    for (const auto& d : master_runs) {
       for (const auto& b : plan.buckets()) {
         if (b.shares_piece) continue;
+        // ZeRO-0's full runs are padded offsets; the master holds bucket b at replica_offset.
+        const std::size_t lo = stage == 0 ? b.offset : b.shard_offset, hi = lo + owned(b);
         const std::size_t d_end = d.offset + d.count;
-        const std::size_t s = d.offset > b.shard_offset ? d.offset : b.shard_offset;
-        const std::size_t e = d_end < b.shard_offset + b.piece ? d_end : b.shard_offset + b.piece;
+        const std::size_t s = d.offset > lo ? d.offset : lo, e = d_end < hi ? d_end : hi;
         if (s >= e) continue;
-        const std::size_t out = stage == 3 ? s : b.piece_begin(rank) + (s - b.shard_offset);
-        runs.push_back({s, e, out, d.decay});
+        const std::size_t m = master_begin(b) + (s - lo);
+        runs.push_back({m, m + (e - s), stage == 3 ? s : out_begin(b) + (s - lo), d.decay});
       }
     }
-    // A tied copy sharing its source's piece: at stages 1-2 its params have a place of
+    // A tied copy sharing its source's piece: at stages 0-2 its params have a place of
     // their own in the full buffer, written from the same master (ZeRO-3 reads the piece).
     if (stage < 3)
       for (const auto& b : plan.buckets())
-        if (b.shares_piece && b.piece)
-          mirrors.push_back({b.shard_offset, b.shard_offset + b.piece, b.piece_begin(rank), true});
+        if (b.shares_piece && owned(b))
+          mirrors.push_back({master_begin(b), master_begin(b) + owned(b), out_begin(b), true});
   }
 };
 

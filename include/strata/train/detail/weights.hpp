@@ -88,7 +88,8 @@ class trainer_weights {
     std::vector<float> full_padded(plan_.total());
     state_.with_host_master(*dev_.eng, false, [&](float* master) {
       if constexpr (stage == 0) {
-        std::copy_n(master, state_.master.size(), full_padded.begin());
+        for (const auto& bk : plan_.buckets())
+          std::copy_n(master + bk.replica_offset, bk.size, full_padded.begin() + bk.offset);
       } else {
         for (const auto& bk : plan_.buckets()) {
           if (bk.size == 0) continue;
