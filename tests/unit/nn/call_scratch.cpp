@@ -53,9 +53,23 @@ struct run_result {
   std::vector<float> grads;
 };
 
+// The layers' gradients in param order, zeroed after.
+template <class Layer>
+std::vector<float> take_grads(std::vector<Layer>& ls) {
+  std::vector<float> out;
+  for (auto& l : ls)
+    strata::for_each_param(l, [&](auto& p, std::string_view) {
+      for (float& g : p.grads()) {
+        out.push_back(g);
+        g = 0.0f;
+      }
+    });
+  return out;
+}
+
 // Forward through both layers, then backward from dy, as a trainer orders them.
-template <class Ctx>
-run_result run(std::vector<layer_t>& ls, Ctx& ctx, std::vector<cache_t>& caches, const tensor<float>& x,
+template <class Layer, class Ctx, class Cache>
+run_result run(std::vector<Layer>& ls, Ctx& ctx, std::vector<Cache>& caches, const tensor<float>& x,
                const tensor<float>& dy) {
   run_result r;
   tensor<float> mid, dmid;
@@ -63,13 +77,7 @@ run_result run(std::vector<layer_t>& ls, Ctx& ctx, std::vector<cache_t>& caches,
   ls[1].forward(ctx, mid, r.y, caches[1]);
   ls[1].backward(ctx, dy, dmid, caches[1]);
   ls[0].backward(ctx, dmid, r.dx, caches[0]);
-  for (auto& l : ls)
-    strata::for_each_param(l, [&](auto& p, std::string_view) {
-      for (float& g : p.grads()) {
-        r.grads.push_back(g);
-        g = 0.0f;
-      }
-    });
+  r.grads = take_grads(ls);
   return r;
 }
 
@@ -170,18 +178,6 @@ struct kept_block {
   }
 };
 
-std::vector<float> take_grads(std::vector<gpt::block>& bs) {
-  std::vector<float> out;
-  for (auto& b : bs)
-    strata::for_each_param(b, [&](auto& p, std::string_view) {
-      for (float& g : p.grads()) {
-        out.push_back(g);
-        g = 0.0f;
-      }
-    });
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("gpt's block makes h1, h2 and g again in backward: the bits of keeping them") {
@@ -204,24 +200,13 @@ TEST_CASE("gpt's block makes h1, h2 and g again in backward: the bits of keeping
     k0.backward(plain, dmid, ref.dx);
     ref.grads = take_grads(bs);
   }
-  using block_cache = gpt::block::cache<strata::host>;
-  const auto through_blocks = [&](auto& ctx, std::vector<block_cache>& caches) {
-    run_result r;
-    tensor<float> mid, dmid;
-    bs[0].forward(ctx, x, mid, caches[0]);
-    bs[1].forward(ctx, mid, r.y, caches[1]);
-    bs[1].backward(ctx, dy, dmid, caches[1]);
-    bs[0].backward(ctx, dmid, r.dx, caches[0]);
-    r.grads = take_grads(bs);
-    return r;
-  };
-  std::vector<block_cache> own(2), shared(2);
+  std::vector<gpt::block::cache<strata::host>> own(2), shared(2);
   strata::scratch_pool pool;
   pooled_context lent;
   lent.pool = &pool;
-  const run_result a = through_blocks(plain, own);
-  const run_result b = through_blocks(lent, shared);
-  const run_result c = through_blocks(lent, shared);  // a second step on the same caches
+  const run_result a = run(bs, plain, own, x, dy);
+  const run_result b = run(bs, lent, shared, x, dy);
+  const run_result c = run(bs, lent, shared, x, dy);  // a second step on the same caches
   for (const run_result* r : {&a, &b, &c}) {
     CHECK(same_bits(r->y.span(), ref.y.span()));
     CHECK(same_bits(r->dx.span(), ref.dx.span()));
