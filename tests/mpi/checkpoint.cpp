@@ -4,12 +4,14 @@
 // warmup-then-decay lr schedule and a skipped step included; a checkpoint loads at
 // another data-parallel size and stage with the same weights and loss, and trains on as
 // the saved run does; corrupt, truncated or foreign checkpoints are refused with the file
-// named.
+// named; a version-2 manifest (before replica offsets) still loads, a newer one is refused.
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
 
 #include "catch.hpp"
 #include "mlp_run.hpp"
@@ -332,4 +334,47 @@ TEST_CASE("corrupt, truncated and foreign checkpoints are refused, naming the fi
   }
   // A directory with no checkpoint.
   CHECK_THROWS_WITH(tr.load(dir.path / "nothing"), strata_test::contains_text("no checkpoint here"));
+}
+
+// Format 3 added each bucket's replica_offset (decision 0042). A model without ties has
+// the same files in both formats, so a format-3 checkpoint with its manifest written as
+// format 2 (the field left out) must load the same weights; format 4 is refused by name.
+TEST_CASE("a format-2 manifest still loads; a newer format is refused") {
+  environment env;
+  grid g(env.world());
+  shared_dir dir(env.world(), "format2");
+  test::mlp_setup s;
+  std::vector<float> saved;
+  {
+    mlp_trainer<replicated> tr(g, mlp::make_model(s.shape), s.opts);
+    train(tr, s, 0, 2);
+    tr.save(dir.path);
+    saved = tr.gather_master();
+  }
+  const fs::path manifest = dir.path / "step-00000002" / "manifest.json";
+  const auto rewrite = [&](int version) {
+    if (env.rank() == 0) {
+      std::ifstream in(manifest);
+      nlohmann::json m = nlohmann::json::parse(in);
+      in.close();
+      m["format_version"] = version;
+      for (auto& group : m["groups"])
+        for (auto& b : group["buckets"]) b.erase("replica_offset");
+      std::ofstream(manifest) << m.dump();
+    }
+    env.world().barrier();
+  };
+  rewrite(2);
+  {
+    mlp_trainer<replicated> z0(g, mlp::make_model(s.shape), s.opts);
+    z0.load(dir.path);
+    CHECK(z0.gather_master() == saved);
+    mlp_trainer<zero<2>> z2(g, mlp::make_model(s.shape), s.opts);
+    z2.load(dir.path);
+    CHECK(z2.gather_master() == saved);
+  }
+  rewrite(4);
+  mlp_trainer<replicated> tr(g, mlp::make_model(s.shape), s.opts);
+  CHECK_THROWS_WITH(tr.load(dir.path),
+                    strata_test::contains_text("format version 4, this strata reads versions 2 to 3"));
 }

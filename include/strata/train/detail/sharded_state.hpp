@@ -217,7 +217,7 @@ struct sharded_state {
     upload_run(eng, r);
   }
 
-  // Compute params of a mirror run (a tied copy's place at stages 1-2): as refresh_run
+  // Compute params of a mirror run (a tied copy's place at stages 0-2): as refresh_run
   // writes them, after the runs that share its master; split, the rounded values already
   // wait in host_params.
   template <class P, class Engine>
