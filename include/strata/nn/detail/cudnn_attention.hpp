@@ -106,6 +106,70 @@ class cudnn_attention {
     return it->second.forward ? &it->second : nullptr;
   }
 
+  // The forward and backward graphs of layout l, not yet built for a device, and the
+  // forward's statistics tensor. sm, where given, is the GPU generation to check them for
+  // without one (validate(); tests/cuda/cudnn_graphs.cu runs where no GPU is).
+  struct graph_pair {
+    std::shared_ptr<fe::graph::Graph> forward, backward;
+    std::shared_ptr<fe::graph::Tensor_attributes> stats;
+  };
+  template <class T>
+  requires(std::is_same_v<T, bf16> || std::is_same_v<T, fp16>)
+  static graph_pair graphs_of(const attention_layout& l, int sm = 0) {
+    const fe::DataType_t io = std::is_same_v<T, bf16> ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF;
+    const std::int64_t KV = l.H / l.group, ldo = l.ldo();
+    const float scale = attention_scale(l.hd);
+    const auto graph = [&] {
+      auto g = std::make_shared<fe::graph::Graph>();
+      g->set_io_data_type(io)
+          .set_intermediate_data_type(fe::DataType_t::FLOAT)
+          .set_compute_data_type(fe::DataType_t::FLOAT);
+      if (sm > 0) g->set_sm_version(sm);
+      return g;
+    };
+    // By reference: the forward's statistics are the graph's own tensor (a copy would
+    // leave it to the frontend's uid and layout inference).
+    const auto stats_attributes = [&](fe::graph::Tensor_attributes& a) -> fe::graph::Tensor_attributes& {
+      return a.set_uid(stats_uid)
+          .set_data_type(fe::DataType_t::FLOAT)
+          .set_dim({l.B, l.H, l.S, 1})
+          .set_stride({l.H * l.S, l.S, 1, 1});
+    };
+    // Forward: O and the statistics (log-sum-exp of the scaled scores, natural log).
+    auto f = graph();
+    auto q = f->tensor(operand("q", q_uid, l.B, l.H, l.S, l.hd, l.ldq, l.q_head));
+    auto k = f->tensor(operand("k", k_uid, l.B, KV, l.S, l.hd, l.ldkv, l.kv_head));
+    auto v = f->tensor(operand("v", v_uid, l.B, KV, l.S, l.hd, l.ldkv, l.kv_head));
+    auto [o, stats] = f->sdpa(q, k, v,
+                              fe::graph::SDPA_attributes()
+                                  .set_name("attention")
+                                  .set_generate_stats(true)
+                                  .set_causal_mask(true)
+                                  .set_attn_scale(scale));
+    o->set_output(true).set_uid(o_uid).set_dim({l.B, l.H, l.S, l.hd}).set_stride({l.S * ldo, l.hd, ldo, 1});
+    stats->set_output(true);
+    stats_attributes(*stats);
+    // Backward: dq, dk, dv laid out as q, k, v.
+    auto b = graph();
+    auto bq = b->tensor(operand("q", q_uid, l.B, l.H, l.S, l.hd, l.ldq, l.q_head));
+    auto bk = b->tensor(operand("k", k_uid, l.B, KV, l.S, l.hd, l.ldkv, l.kv_head));
+    auto bv = b->tensor(operand("v", v_uid, l.B, KV, l.S, l.hd, l.ldkv, l.kv_head));
+    auto bo = b->tensor(operand("o", o_uid, l.B, l.H, l.S, l.hd, ldo, l.hd));
+    auto bdo = b->tensor(operand("do", do_uid, l.B, l.H, l.S, l.hd, ldo, l.hd));
+    fe::graph::Tensor_attributes saved_stats;
+    auto bstats = b->tensor(stats_attributes(saved_stats.set_name("stats")));
+    auto [dq, dk, dv] = b->sdpa_backward(bq, bk, bv, bo, bdo, bstats,
+                                         fe::graph::SDPA_backward_attributes()
+                                             .set_name("attention_backward")
+                                             .set_causal_mask(true)
+                                             .set_attn_scale(scale)
+                                             .set_deterministic_algorithm(true));
+    dq->set_output(true).set_uid(dq_uid).set_dim({l.B, l.H, l.S, l.hd}).set_stride({l.S * l.ldq, l.q_head, l.ldq, 1});
+    dk->set_output(true).set_uid(dk_uid).set_dim({l.B, KV, l.S, l.hd}).set_stride({l.S * l.ldkv, l.kv_head, l.ldkv, 1});
+    dv->set_output(true).set_uid(dv_uid).set_dim({l.B, KV, l.S, l.hd}).set_stride({l.S * l.ldkv, l.kv_head, l.ldkv, 1});
+    return {std::move(f), std::move(b), std::move(stats)};
+  }
+
   cudnn_attention(const cudnn_attention&) = delete;
   cudnn_attention& operator=(const cudnn_attention&) = delete;
 
@@ -173,56 +237,7 @@ class cudnn_attention {
       std::fprintf(stderr, "strata: cuDNN made no handle; attention (%s) runs unfused\n", shape.c_str());
       return p;
     }
-    const fe::DataType_t io = std::is_same_v<T, bf16> ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF;
-    const std::int64_t KV = l.H / l.group, ldo = l.ldo();
-    const float scale = attention_scale(l.hd);
-    const auto graph = [&] {
-      auto g = std::make_shared<fe::graph::Graph>();
-      g->set_io_data_type(io)
-          .set_intermediate_data_type(fe::DataType_t::FLOAT)
-          .set_compute_data_type(fe::DataType_t::FLOAT);
-      return g;
-    };
-    // By reference: the forward's statistics are the graph's own tensor (a copy would
-    // leave it to the frontend's uid and layout inference).
-    const auto stats_attributes = [&](fe::graph::Tensor_attributes& a) -> fe::graph::Tensor_attributes& {
-      return a.set_uid(stats_uid)
-          .set_data_type(fe::DataType_t::FLOAT)
-          .set_dim({l.B, l.H, l.S, 1})
-          .set_stride({l.H * l.S, l.S, 1, 1});
-    };
-    // Forward: O and the statistics (log-sum-exp of the scaled scores, natural log).
-    auto f = graph();
-    auto q = f->tensor(operand("q", q_uid, l.B, l.H, l.S, l.hd, l.ldq, l.q_head));
-    auto k = f->tensor(operand("k", k_uid, l.B, KV, l.S, l.hd, l.ldkv, l.kv_head));
-    auto v = f->tensor(operand("v", v_uid, l.B, KV, l.S, l.hd, l.ldkv, l.kv_head));
-    auto [o, stats] = f->sdpa(q, k, v,
-                              fe::graph::SDPA_attributes()
-                                  .set_name("attention")
-                                  .set_generate_stats(true)
-                                  .set_causal_mask(true)
-                                  .set_attn_scale(scale));
-    o->set_output(true).set_uid(o_uid).set_dim({l.B, l.H, l.S, l.hd}).set_stride({l.S * ldo, l.hd, ldo, 1});
-    stats->set_output(true);
-    stats_attributes(*stats);
-    // Backward: dq, dk, dv laid out as q, k, v.
-    auto b = graph();
-    auto bq = b->tensor(operand("q", q_uid, l.B, l.H, l.S, l.hd, l.ldq, l.q_head));
-    auto bk = b->tensor(operand("k", k_uid, l.B, KV, l.S, l.hd, l.ldkv, l.kv_head));
-    auto bv = b->tensor(operand("v", v_uid, l.B, KV, l.S, l.hd, l.ldkv, l.kv_head));
-    auto bo = b->tensor(operand("o", o_uid, l.B, l.H, l.S, l.hd, ldo, l.hd));
-    auto bdo = b->tensor(operand("do", do_uid, l.B, l.H, l.S, l.hd, ldo, l.hd));
-    fe::graph::Tensor_attributes saved_stats;
-    auto bstats = b->tensor(stats_attributes(saved_stats.set_name("stats")));
-    auto [dq, dk, dv] = b->sdpa_backward(bq, bk, bv, bo, bdo, bstats,
-                                         fe::graph::SDPA_backward_attributes()
-                                             .set_name("attention_backward")
-                                             .set_causal_mask(true)
-                                             .set_attn_scale(scale)
-                                             .set_deterministic_algorithm(true));
-    dq->set_output(true).set_uid(dq_uid).set_dim({l.B, l.H, l.S, l.hd}).set_stride({l.S * l.ldq, l.q_head, l.ldq, 1});
-    dk->set_output(true).set_uid(dk_uid).set_dim({l.B, KV, l.S, l.hd}).set_stride({l.S * l.ldkv, l.kv_head, l.ldkv, 1});
-    dv->set_output(true).set_uid(dv_uid).set_dim({l.B, KV, l.S, l.hd}).set_stride({l.S * l.ldkv, l.kv_head, l.ldkv, 1});
+    auto [f, b, stats] = graphs_of<T>(l);
     for (auto* g : {f.get(), b.get()}) {
       fe::error_object e = g->build(h, {fe::HeurMode_t::A});
       if (!e.is_good()) {
