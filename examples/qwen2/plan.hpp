@@ -39,16 +39,18 @@ inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::
   // What attention keeps of its softmax. The host, and a GPU's fused attention (cuDNN,
   // 16-bit activations: `fused`), a log-sum-exp per row; the host's blocks' scratch is a
   // few 64 x 64 blocks per thread, not counted; cuDNN's deterministic backward borrows a
-  // workspace of the scores' gradient, [rows, H, seq, seq] rounded up to its 64 x 64
-  // tiles in 16 bits (the cudnn-frontend's own count), once. A GPU's unfused attention
+  // workspace of the scores' gradient in 16 bits for a chunk of batch rows and heads kept
+  // within STRATA_ATTENTION_WORKSPACE_MIB, once. A GPU's unfused attention
   // keeps the probabilities, [rows, H, seq, seq], with call scratch batching the heads of
   // a batch row (no grouping) or the batch rows of a head: the scores and their gradient
   // in float, and with 16-bit activations the gradient again as their type (the GEMMs'
   // operand) and, for grouped heads, the float sums of dk and dv over a group.
-  const std::size_t inner = H == KV && H >= rows ? H : rows, tiles = (seq + 63) / 64 * 64;
+  const std::size_t inner = H == KV && H >= rows ? H : rows;
   std::size_t softmax = rows * H * seq * f, scores = 0, workspace = 0;
   if (device && fused) {
-    workspace = rows * H * tiles * tiles * 2;
+    workspace = static_cast<std::size_t>(
+        strata::nn::fused_attention_workspace_bytes(static_cast<std::int64_t>(rows), static_cast<std::int64_t>(seq),
+                                                    static_cast<std::int64_t>(H), static_cast<std::int64_t>(KV)));
   } else if (device) {
     softmax = rows * H * seq * seq * act;
     scores = inner * seq * seq * f;

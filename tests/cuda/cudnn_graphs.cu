@@ -4,7 +4,8 @@
 // Hopper (sm_90) at the shapes tests/cuda/nn_transformer.cu runs on a GPU (grouped heads
 // at sequences 100 and 77, the interleaved q|k|v at 128) and at Qwen2.5-0.5B's, the
 // forward's statistics carry the uid its variant pack names, and a head size cuDNN cannot
-// take (not a multiple of 8) is refused, which sends attention down the unfused path.
+// take (not a multiple of 8) is refused, which sends attention down the unfused path; the
+// backward over a chunk of the layout (attention_workspace.hpp) validates too.
 // Exits 77 (skipped) where the build has no cuDNN headers or the library cannot be loaded.
 #include <cstdio>
 #include <cstdlib>
@@ -60,6 +61,38 @@ TEST_CASE("cuDNN validates strata's attention graphs for sm_90, the statistics u
   auto half = attention::graphs_of<strata::fp16>(separate(2, 100, 4, 2, 64), 90);
   CHECK(half.forward->validate().is_good());
   CHECK(half.backward->validate().is_good());
+}
+
+// The backward of a chunk of batch rows and key/value heads (attention_workspace.hpp)
+// reads the whole layout's strides: cuDNN takes those graphs too, at the chunks that
+// long sequences get under the default limit and at the smallest chunks the GPU test forces.
+TEST_CASE("cuDNN validates the backward over a chunk of batch rows and heads, the whole layout's strides") {
+  require_loaded();
+  const std::int64_t limit = std::int64_t{1024} << 20;
+  struct case_t {
+    d::attention_layout l;
+    d::attention_chunk expected;
+  };
+  for (const auto& c : {case_t{separate(8, 8192, 14, 2, 64), {1, 1}}, case_t{separate(8, 4096, 14, 2, 64), {2, 2}},
+                        case_t{separate(2, 8192, 12, 12, 64), {1, 6}}, case_t{interleaved(4, 4096, 12, 64), {2, 12}}}) {
+    const auto& l = c.l;
+    const auto chunk = d::attention_backward_chunk(l, limit);
+    INFO("B " << l.B << ", S " << l.S << ", H " << l.H << ", group " << l.group << ": chunk " << chunk.batch
+              << " rows x " << chunk.kv_heads << " key/value heads");
+    CHECK(chunk == c.expected);
+    CHECK(d::attention_workspace_bytes(l, chunk) <= limit);
+    auto g = attention::graphs_of<strata::bf16>(l, 90, chunk);
+    auto bwd = g.backward->validate();
+    INFO(bwd.get_message());
+    CHECK(bwd.is_good());
+  }
+  // The smallest chunks, as tests/cuda/nn_transformer.cu forces them.
+  for (const auto& l : {separate(2, 100, 4, 2, 64), interleaved(2, 128, 3, 64)}) {
+    const auto chunk = d::attention_backward_chunk(l, 1);
+    CHECK(chunk == d::attention_chunk{1, 1});
+    auto g = attention::graphs_of<strata::bf16>(l, 90, chunk);
+    CHECK(g.backward->validate().is_good());
+  }
 }
 
 TEST_CASE("cuDNN refuses a head size that is not a multiple of 8") {

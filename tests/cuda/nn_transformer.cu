@@ -847,7 +847,8 @@ TEST_CASE("qwen2 model: the device's loss and gradients match the host's, the sa
 // relative each) and its results to bf16 (2^-9): normwise 2e-2 of the largest element is
 // a few of those, where a wrong mask, scale or head mapping is wrong by O(1). The
 // statistics are fp32 log-sum-exps of the same fp32 scores: 1e-3. Backward twice gives
-// the same bits (cuDNN's deterministic algorithm), forward too.
+// the same bits (cuDNN's deterministic algorithm), forward too, and backward over chunks
+// of batch rows and heads (attention_workspace.hpp) again.
 TEST_CASE("fused attention (cuDNN, bf16): the host's blocked attention, the same bits run to run") {
   namespace d = strata::nn::detail;
   static_assert(d::has_fused_attention<strata::cuda, strata::bf16> && !d::has_fused_attention<strata::cuda, float>);
@@ -911,6 +912,22 @@ TEST_CASE("fused attention (cuDNN, bf16): the host's blocked attention, the same
         CHECK(out == first_out);
         CHECK(lse == first_lse);
         CHECK(grad == first_grad);
+        // Backward in the smallest chunks cuDNN's workspace can take (one batch row and
+        // one key/value head where those pieces start at 16 bytes; the whole layout at S
+        // 77 with 14 heads, where none does): each (row, head) is its own problem, so the
+        // same bits.
+        auto& cudnn = d::cudnn_attention::instance();
+        cudnn.set_workspace_limit(1);
+        const auto* chunked = cudnn.find<strata::bf16>(l);
+        REQUIRE(chunked != nullptr);
+        CHECK(chunked->chunk == d::attention_backward_chunk(l, 1));
+        CHECK((c.S == 77 || chunked->chunk == d::attention_chunk{1, 1}));
+        strata::cuda::zero(dgrad.data(), n_in * sizeof(strata::bf16));
+        d::attention_backward(ctx, l, b, b + k_at, b + v_at, saved, dout_dev.data(), ddout.data(), g, g + k_at,
+                              g + v_at, d_scores, &ds_scratch);
+        denv.synchronize();
+        CHECK(read(dgrad) == first_grad);
+        cudnn.set_workspace_limit(strata::nn::attention_workspace_limit());
         break;
       }
       first_out = out, first_grad = grad, first_lse = lse;

@@ -2,7 +2,9 @@
 // flash-attention algorithm on tensor cores: nothing [S, S] is kept), for 16-bit
 // activations: forward writes the output and each row's log-sum-exp, backward reads them
 // back and writes dq, dk and dv. Backward asks cuDNN for its deterministic algorithm (a
-// fixed-order dQ reduction), so a run's bits repeat, as every strata result does.
+// fixed-order dQ reduction), so a run's bits repeat, as every strata result does; its
+// workspace grows as B·H·S², so it runs over chunks of batch rows and heads whose
+// workspace fits a limit (attention_workspace.hpp).
 //
 // cuDNN is loaded at run time (the cudnn-frontend's dynamic loading: a build needs its
 // headers, not its library): STRATA_CUDNN_LIBRARY names the library (a path), else
@@ -33,6 +35,7 @@
 #include <cudnn_frontend.h>
 #pragma pop_macro("NLOHMANN_DEFINE_TYPE_INTRUSIVE")
 #pragma pop_macro("NLOHMANN_JSON_SERIALIZE_ENUM")
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -50,6 +53,7 @@
 #include "../../core/error.hpp"
 #include "../../space/cuda.hpp"
 #include "attention_layout.hpp"
+#include "attention_workspace.hpp"
 #include "fused_attention.hpp"
 
 namespace cudnn_frontend {
@@ -77,10 +81,12 @@ class cudnn_attention {
   int version() const noexcept { return version_; }
 
   // The forward and backward plans of one layout, built on first use; nullptr when cuDNN
-  // is not loaded or refuses the shape (said once per shape on stderr).
+  // is not loaded or refuses the shape (said once per shape on stderr). Backward's plan is
+  // for a chunk of the layout (attention_workspace.hpp), run over all of it.
   struct plans {
     std::shared_ptr<fe::graph::Graph> forward, backward;
     std::int64_t forward_workspace = 0, backward_workspace = 0;
+    attention_chunk chunk{0, 0};
     cudnnHandle_t handle = nullptr;
   };
   template <class T>
@@ -90,8 +96,10 @@ class cudnn_attention {
       return nullptr;
     }
     const int device = current_device();
-    const key k{device, std::is_same_v<T, bf16>, l.B, l.S, l.H, l.hd, l.group, l.ldq, l.q_head, l.ldkv, l.kv_head};
     const std::lock_guard<std::mutex> lock(mutex_);
+    if (limit_ == 0) limit_ = attention_workspace_limit();
+    const key k{device, std::is_same_v<T, bf16>, l.B, l.S, l.H, l.hd, l.group, l.ldq, l.q_head, l.ldkv, l.kv_head,
+                limit_};
     auto it = plans_.find(k);
     if (it == plans_.end()) {
       plans p;
@@ -106,7 +114,16 @@ class cudnn_attention {
     return it->second.forward ? &it->second : nullptr;
   }
 
-  // The forward and backward graphs of layout l, not yet built for a device, and the
+  // The most bytes backward's workspace may take (attention_workspace_limit() unless set
+  // here); shapes met after a change are planned for the new limit.
+  void set_workspace_limit(std::int64_t bytes) {
+    expects<config_error>(bytes > 0, "cuDNN attention: the workspace limit must be positive");
+    const std::lock_guard<std::mutex> lock(mutex_);
+    limit_ = bytes;
+  }
+
+  // The forward graph of layout l and the backward graph of its chunk c (the whole layout
+  // unless given; the tensors keep l's strides), not yet built for a device, and the
   // forward's statistics tensor. sm, where given, is the GPU generation to check them for
   // without one (validate(); tests/cuda/cudnn_graphs.cu runs where no GPU is).
   struct graph_pair {
@@ -115,7 +132,8 @@ class cudnn_attention {
   };
   template <class T>
   requires(std::is_same_v<T, bf16> || std::is_same_v<T, fp16>)
-  static graph_pair graphs_of(const attention_layout& l, int sm = 0) {
+  static graph_pair graphs_of(const attention_layout& l, int sm = 0, attention_chunk c = {0, 0}) {
+    if (c.batch == 0) c = whole(l);
     const fe::DataType_t io = std::is_same_v<T, bf16> ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF;
     const std::int64_t KV = l.H / l.group, ldo = l.ldo();
     const float scale = attention_scale(l.hd);
@@ -129,11 +147,14 @@ class cudnn_attention {
     };
     // By reference: the forward's statistics are the graph's own tensor (a copy would
     // leave it to the frontend's uid and layout inference).
-    const auto stats_attributes = [&](fe::graph::Tensor_attributes& a) -> fe::graph::Tensor_attributes& {
+    // A chunk of heads has one batch row (attention_chunk_valid): its statistics are a
+    // packed block, as cuDNN before 9.26 requires, whatever the batch stride says.
+    const auto stats_attributes = [&](fe::graph::Tensor_attributes& a, std::int64_t B,
+                                      std::int64_t H) -> fe::graph::Tensor_attributes& {
       return a.set_uid(stats_uid)
           .set_data_type(fe::DataType_t::FLOAT)
-          .set_dim({l.B, l.H, l.S, 1})
-          .set_stride({l.H * l.S, l.S, 1, 1});
+          .set_dim({B, H, l.S, 1})
+          .set_stride({(B == 1 ? H : l.H) * l.S, l.S, 1, 1});
     };
     // Forward: O and the statistics (log-sum-exp of the scaled scores, natural log).
     auto f = graph();
@@ -148,25 +169,26 @@ class cudnn_attention {
                                   .set_attn_scale(scale));
     o->set_output(true).set_uid(o_uid).set_dim({l.B, l.H, l.S, l.hd}).set_stride({l.S * ldo, l.hd, ldo, 1});
     stats->set_output(true);
-    stats_attributes(*stats);
-    // Backward: dq, dk, dv laid out as q, k, v.
+    stats_attributes(*stats, l.B, l.H);
+    // Backward, over chunk c: dq, dk, dv laid out as q, k, v.
+    const std::int64_t cB = c.batch, cKV = c.kv_heads, cH = c.kv_heads * l.group;
     auto b = graph();
-    auto bq = b->tensor(operand("q", q_uid, l.B, l.H, l.S, l.hd, l.ldq, l.q_head));
-    auto bk = b->tensor(operand("k", k_uid, l.B, KV, l.S, l.hd, l.ldkv, l.kv_head));
-    auto bv = b->tensor(operand("v", v_uid, l.B, KV, l.S, l.hd, l.ldkv, l.kv_head));
-    auto bo = b->tensor(operand("o", o_uid, l.B, l.H, l.S, l.hd, ldo, l.hd));
-    auto bdo = b->tensor(operand("do", do_uid, l.B, l.H, l.S, l.hd, ldo, l.hd));
+    auto bq = b->tensor(operand("q", q_uid, cB, cH, l.S, l.hd, l.ldq, l.q_head));
+    auto bk = b->tensor(operand("k", k_uid, cB, cKV, l.S, l.hd, l.ldkv, l.kv_head));
+    auto bv = b->tensor(operand("v", v_uid, cB, cKV, l.S, l.hd, l.ldkv, l.kv_head));
+    auto bo = b->tensor(operand("o", o_uid, cB, cH, l.S, l.hd, ldo, l.hd));
+    auto bdo = b->tensor(operand("do", do_uid, cB, cH, l.S, l.hd, ldo, l.hd));
     fe::graph::Tensor_attributes saved_stats;
-    auto bstats = b->tensor(stats_attributes(saved_stats.set_name("stats")));
+    auto bstats = b->tensor(stats_attributes(saved_stats.set_name("stats"), cB, cH));
     auto [dq, dk, dv] = b->sdpa_backward(bq, bk, bv, bo, bdo, bstats,
                                          fe::graph::SDPA_backward_attributes()
                                              .set_name("attention_backward")
                                              .set_causal_mask(true)
                                              .set_attn_scale(scale)
                                              .set_deterministic_algorithm(true));
-    dq->set_output(true).set_uid(dq_uid).set_dim({l.B, l.H, l.S, l.hd}).set_stride({l.S * l.ldq, l.q_head, l.ldq, 1});
-    dk->set_output(true).set_uid(dk_uid).set_dim({l.B, KV, l.S, l.hd}).set_stride({l.S * l.ldkv, l.kv_head, l.ldkv, 1});
-    dv->set_output(true).set_uid(dv_uid).set_dim({l.B, KV, l.S, l.hd}).set_stride({l.S * l.ldkv, l.kv_head, l.ldkv, 1});
+    dq->set_output(true).set_uid(dq_uid).set_dim({cB, cH, l.S, l.hd}).set_stride({l.S * l.ldq, l.q_head, l.ldq, 1});
+    dk->set_output(true).set_uid(dk_uid).set_dim({cB, cKV, l.S, l.hd}).set_stride({l.S * l.ldkv, l.kv_head, l.ldkv, 1});
+    dv->set_output(true).set_uid(dv_uid).set_dim({cB, cKV, l.S, l.hd}).set_stride({l.S * l.ldkv, l.kv_head, l.ldkv, 1});
     return {std::move(f), std::move(b), std::move(stats)};
   }
 
@@ -175,7 +197,7 @@ class cudnn_attention {
 
  private:
   using key = std::tuple<int, bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                         std::int64_t, std::int64_t, std::int64_t>;
+                         std::int64_t, std::int64_t, std::int64_t, std::int64_t>;
 
   cudnn_attention() {
     const char* mode = std::getenv("STRATA_ATTENTION");
@@ -237,36 +259,60 @@ class cudnn_attention {
       std::fprintf(stderr, "strata: cuDNN made no handle; attention (%s) runs unfused\n", shape.c_str());
       return p;
     }
-    auto [f, b, stats] = graphs_of<T>(l);
-    for (auto* g : {f.get(), b.get()}) {
-      fe::error_object e = g->build(h, {fe::HeurMode_t::A});
-      if (!e.is_good()) {
-        std::fprintf(stderr, "strata: cuDNN %d refuses fused attention for %s (%s); it runs unfused\n", version_,
-                     shape.c_str(), e.get_message().c_str());
-        return plans{};
+    // The chunk the formula picks; where the built plan asks for more than the limit all
+    // the same, a smaller one, down to one batch row and one key/value head.
+    for (attention_chunk c = attention_backward_chunk(l, limit_);;) {
+      auto [f, b, stats] = graphs_of<T>(l, 0, c);
+      for (auto* g : {f.get(), b.get()}) {
+        fe::error_object e = g->build(h, {fe::HeurMode_t::A});
+        if (!e.is_good()) {
+          std::fprintf(stderr, "strata: cuDNN %d refuses fused attention for %s (%s); it runs unfused\n", version_,
+                       shape.c_str(), e.get_message().c_str());
+          return plans{};
+        }
       }
-    }
-    // The variant packs name the statistics by stats_uid: the graph must have taken it.
-    expects<cuda_error>(stats->get_uid() == stats_uid, [&] {
-      return strata::cat("cuDNN attention: the forward's statistics have uid ", stats->get_uid(), ", not ",
-                         static_cast<std::int64_t>(stats_uid));
-    });
-    for (auto [g, size] : {std::pair{f.get(), &p.forward_workspace}, std::pair{b.get(), &p.backward_workspace}}) {
-      fe::error_object e = g->get_workspace_size(*size);
-      if (!e.is_good()) {
-        std::fprintf(stderr, "strata: cuDNN %d refuses fused attention for %s (workspace: %s); it runs unfused\n",
-                     version_, shape.c_str(), e.get_message().c_str());
-        return plans{};
+      // The variant packs name the statistics by stats_uid: the graph must have taken it.
+      expects<cuda_error>(stats->get_uid() == stats_uid, [&] {
+        return strata::cat("cuDNN attention: the forward's statistics have uid ", stats->get_uid(), ", not ",
+                           static_cast<std::int64_t>(stats_uid));
+      });
+      for (auto [g, size] : {std::pair{f.get(), &p.forward_workspace}, std::pair{b.get(), &p.backward_workspace}}) {
+        fe::error_object e = g->get_workspace_size(*size);
+        if (!e.is_good()) {
+          std::fprintf(stderr, "strata: cuDNN %d refuses fused attention for %s (workspace: %s); it runs unfused\n",
+                       version_, shape.c_str(), e.get_message().c_str());
+          return plans{};
+        }
       }
+      if (p.backward_workspace > limit_) {
+        // The plan asks for more than the formula said: a chunk smaller by the formula,
+        // scaled by how far it missed, where a valid one is; else this one, said once.
+        const std::int64_t estimate = attention_workspace_bytes(l, c);
+        const auto aim = static_cast<std::int64_t>(static_cast<double>(estimate) * static_cast<double>(limit_) /
+                                                   static_cast<double>(p.backward_workspace));
+        const attention_chunk smaller = attention_backward_chunk(l, std::min(estimate - 1, aim));
+        if (attention_workspace_bytes(l, smaller) < estimate) {
+          c = smaller;
+          continue;
+        }
+        std::fprintf(stderr,
+                     "strata: cuDNN's attention backward for %s takes %lld MiB of workspace for %lld batch rows and "
+                     "%lld key/value heads at a time, the least it can, over the limit of %lld MiB "
+                     "(STRATA_ATTENTION_WORKSPACE_MIB)\n",
+                     shape.c_str(), static_cast<long long>(p.backward_workspace >> 20), static_cast<long long>(c.batch),
+                     static_cast<long long>(c.kv_heads), static_cast<long long>(limit_ >> 20));
+      }
+      p.forward = std::move(f);
+      p.backward = std::move(b);
+      p.chunk = c;
+      p.handle = h;
+      return p;
     }
-    p.forward = std::move(f);
-    p.backward = std::move(b);
-    p.handle = h;
-    return p;
   }
 
   std::string why_;
   int version_ = 0;
+  std::int64_t limit_ = 0;  // backward's workspace, bytes; 0 until first read
   std::once_flag told_;
   std::mutex mutex_;
   std::map<int, cudnnHandle_t> handles_;
@@ -312,21 +358,29 @@ struct fused_attention<cuda> {
     cudnn_attention_execute(exec, *p.forward, p.handle, p.forward_workspace, pack, "forward");
   }
 
-  // dq, dk, dv (written) from the forward's out and lse.
+  // dq, dk, dv (written) from the forward's out and lse, a chunk of batch rows and
+  // key/value heads at a time (attention_workspace.hpp), one workspace for all.
   template <class T>
   static void backward(const executor<cuda>& exec, const attention_layout& l, const T* q, const T* k, const T* v,
                        const float* lse, const T* out, const T* d_out, T* dq, T* dk, T* dv) {
     const auto& p = plans_of<T>(l);
-    std::unordered_map<std::int64_t, void*> pack{{q_uid, const_cast<T*>(q)},
-                                                 {k_uid, const_cast<T*>(k)},
-                                                 {v_uid, const_cast<T*>(v)},
-                                                 {o_uid, const_cast<T*>(out)},
-                                                 {stats_uid, const_cast<float*>(lse)},
-                                                 {do_uid, const_cast<T*>(d_out)},
-                                                 {dq_uid, dq},
-                                                 {dk_uid, dk},
-                                                 {dv_uid, dv}};
-    cudnn_attention_execute(exec, *p.backward, p.handle, p.backward_workspace, pack, "backward");
+    const std::int64_t KV = l.H / l.group;
+    for (std::int64_t b = 0; b < l.B; b += p.chunk.batch)
+      for (std::int64_t g = 0; g < KV; g += p.chunk.kv_heads) {
+        const std::int64_t h = g * l.group;  // the chunk's first query head
+        const std::int64_t at_q = b * l.S * l.ldq + h * l.q_head, at_kv = b * l.S * l.ldkv + g * l.kv_head;
+        const std::int64_t at_o = b * l.S * l.ldo() + h * l.hd, at_stats = (b * l.H + h) * l.S;
+        std::unordered_map<std::int64_t, void*> pack{{q_uid, const_cast<T*>(q + at_q)},
+                                                     {k_uid, const_cast<T*>(k + at_kv)},
+                                                     {v_uid, const_cast<T*>(v + at_kv)},
+                                                     {o_uid, const_cast<T*>(out + at_o)},
+                                                     {stats_uid, const_cast<float*>(lse + at_stats)},
+                                                     {do_uid, const_cast<T*>(d_out + at_o)},
+                                                     {dq_uid, dq + at_q},
+                                                     {dk_uid, dk + at_kv},
+                                                     {dv_uid, dv + at_kv}};
+        cudnn_attention_execute(exec, *p.backward, p.handle, p.backward_workspace, pack, "backward");
+      }
   }
 
  private:

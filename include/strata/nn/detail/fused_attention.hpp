@@ -9,6 +9,7 @@
 #include "../../core/config.hpp"
 #include "../../space/tensor.hpp"
 #include "attention_layout.hpp"
+#include "attention_workspace.hpp"
 
 #ifndef STRATA_HAS_CUDNN
 #define STRATA_HAS_CUDNN 0
