@@ -180,6 +180,33 @@ TEST_CASE("results are in the compute stream's order, and a later operation sees
   CHECK(std::all_of(after.begin(), after.end(), [&](float v) { return v == p * p * p; }));
 }
 
+TEST_CASE("a reduction of a buffer a gather still writes sums the gathered values, staged or CUDA-aware") {
+  strata::select_device(env().local_rank());
+  strata::cuda_stream compute;
+  const int p = env().size();
+  for (const bool staged : {true, false}) {
+    INFO((staged ? "staged through pinned memory" : "as this MPI allows (CUDA-aware where it says so)"));
+    if (staged) ::setenv("STRATA_MPI_CUDA_AWARE", "0", 1);
+    strata::mpi_device_comm c(mpi_world(), {.compute_stream = compute.get()});
+    ::unsetenv("STRATA_MPI_CUDA_AWARE");
+    // Each rank's block is rank + 1, out of place (CUDA-aware MPI writes y itself, the
+    // staged form copies into it when waited); the sum over p ranks is p (r + 1).
+    const std::size_t m = 1000;
+    auto mine = to_device(std::vector<float>(m, static_cast<float>(env().rank() + 1)));
+    strata::cuda_buffer<float> y(m * static_cast<std::size_t>(p));
+    auto gathered = c.all_gather_async(std::span<const float>(mine.span()), y.span());
+    c.all_reduce(y.span());
+    gathered.wait();
+    const auto got = to_host(y, compute.get());
+    for (int r = 0; r < p; ++r) {
+      INFO("block " << r);
+      const auto b = got.begin() + static_cast<std::ptrdiff_t>(m) * r;
+      CHECK(std::all_of(b, b + static_cast<std::ptrdiff_t>(m),
+                        [&](float v) { return v == static_cast<float>(p * (r + 1)); }));
+    }
+  }
+}
+
 TEST_CASE("device_comm holds an mpi_device_comm when STRATA_DEVICE_COMM=mpi; bad buffers are comm_errors") {
   strata::select_device(env().local_rank());
   strata::cuda_stream compute;

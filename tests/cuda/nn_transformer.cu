@@ -918,6 +918,10 @@ TEST_CASE("fused attention (cuDNN, bf16): the host's blocked attention, the same
         // same bits.
         auto& cudnn = d::cudnn_attention::instance();
         cudnn.set_workspace_limit(1);
+        struct restore {  // the default again, even where a REQUIRE below ends the case
+          d::cudnn_attention& a;
+          ~restore() { a.set_workspace_limit(strata::nn::attention_workspace_limit()); }
+        } restored{cudnn};
         const auto* chunked = cudnn.find<strata::bf16>(l);
         REQUIRE(chunked != nullptr);
         CHECK(chunked->chunk == d::attention_backward_chunk(l, 1));
@@ -927,7 +931,6 @@ TEST_CASE("fused attention (cuDNN, bf16): the host's blocked attention, the same
                               g + v_at, d_scores, &ds_scratch);
         denv.synchronize();
         CHECK(read(dgrad) == first_grad);
-        cudnn.set_workspace_limit(strata::nn::attention_workspace_limit());
         break;
       }
       first_out = out, first_grad = grad, first_lse = lse;

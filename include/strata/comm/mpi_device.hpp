@@ -11,9 +11,11 @@
 // compute stream when its request is waited on, so the compute stream's later work sees
 // it (the ordering nccl_comm gets from events). Where Open MPI reports CUDA support
 // (MPIX_Query_cuda_support), the operations that only move data (all_gather, broadcast,
-// send, recv) give MPI the device pointers themselves; reductions always go through host
-// memory, where MPI's and strata's own bf16/fp16 ops and avg's division run, so their
-// results are the same bits either way. STRATA_MPI_CUDA_AWARE=0 turns the direct path off.
+// send, recv) give MPI the device pointers themselves (an all_gather in place, its own
+// block copied there on the device first), and a later operation on memory MPI still reads
+// or writes waits for it; reductions always go through host memory, where MPI's and
+// strata's own bf16/fp16 ops and avg's division run, so their results are the same bits
+// either way. STRATA_MPI_CUDA_AWARE=0 turns the direct path off.
 //
 // Unlike NCCL it blocks the caller until the compute stream has caught up, so it overlaps
 // communication with the host's work but not with the GPU's: a tool for correctness, and
@@ -126,25 +128,37 @@ class mpi_device_state final : public request_source {
   void set_compute(cudaStream_t s) noexcept { compute_ = s; }
   bool cuda_aware() const noexcept { return cuda_aware_; }
 
-  // An operation in flight: its host requests, and the bytes to copy back into device
-  // memory once they complete.
+  // Device memory an operation in flight still reads, or writes.
+  struct device_range {
+    const std::byte* p = nullptr;
+    std::size_t bytes = 0;
+    bool writes = false;
+    // Whether an access to [lo, lo + n) must wait for this one: they share a byte and one
+    // of them writes (two reads of one buffer, two sends say, go together).
+    bool conflicts(const std::byte* lo, std::size_t n, bool write) const {
+      return (writes || write) && p && bytes && n && p < lo + n && lo < p + bytes;
+    }
+  };
+  // An operation in flight: its host requests, the bytes to copy back into device memory
+  // once they complete, and the device memory it touches until then: where its result
+  // goes, and where CUDA-aware MPI reads and writes device buffers itself.
   struct pending {
     request first, second;
     void* device_dst = nullptr;
     const std::byte* staged = nullptr;
     std::size_t bytes = 0;
     staging_pool::block* blk = nullptr;
+    device_range touched[2];
   };
 
-  // Before an operation reads or writes [p, p + bytes) of device memory: the earlier
-  // operations that will write there are finished first (their copy back queued), and the
-  // host waits for the compute stream's work so far, which may write its input.
-  void prepare(const void* p, std::size_t bytes) {
+  // Before an operation reads (or, with write, writes) [p, p + bytes) of device memory:
+  // the earlier operations that conflict there are finished first (a copy back queued),
+  // and the host waits for the compute stream's work so far, which may write its input.
+  void prepare(const void* p, std::size_t bytes, bool write) {
     const auto* lo = static_cast<const std::byte*>(p);
     for (auto it = pending_.begin(); it != pending_.end();) {
-      const auto* d = static_cast<const std::byte*>(it->second.device_dst);
-      const bool overlaps = d && bytes && it->second.bytes && d < lo + bytes && lo < d + it->second.bytes;
-      if (overlaps) {
+      const auto& t = it->second.touched;
+      if (t[0].conflicts(lo, bytes, write) || t[1].conflicts(lo, bytes, write)) {
         const std::uint64_t t = it->first;
         ++it;
         wait(t);
@@ -166,6 +180,7 @@ class mpi_device_state final : public request_source {
   }
 
   std::uint64_t track(pending p) {
+    if (p.device_dst) p.touched[0] = {static_cast<const std::byte*>(p.device_dst), p.bytes, true};
     const std::uint64_t t = ++last_;
     pending_.emplace(t, std::move(p));
     return t;
@@ -247,7 +262,7 @@ class mpi_device_comm : public comm_forms<mpi_device_comm> {
   request all_reduce_async(std::span<T> data, reduce_op op = reduce_op::sum) {
     check_device_memory(data.data(), "all_reduce");
     auto& s = state();
-    s.prepare(data.data(), data.size_bytes());
+    s.prepare(data.data(), data.size_bytes(), true);
     auto& blk = s.stage(data.size_bytes());
     s.copy_out(blk.mem.data(), data.data(), data.size_bytes());
     s.wait_copies();
@@ -262,8 +277,8 @@ class mpi_device_comm : public comm_forms<mpi_device_comm> {
     check_device_memory(in.data(), "reduce_scatter");
     check_device_memory(out.data(), "reduce_scatter");
     auto& s = state();
-    s.prepare(in.data(), in.size_bytes());
-    s.prepare(out.data(), out.size_bytes());
+    s.prepare(in.data(), in.size_bytes(), false);
+    s.prepare(out.data(), out.size_bytes(), true);
     const std::size_t at = detail::align_up(in.size_bytes());
     auto& blk = s.stage(at + out.size_bytes());
     s.copy_out(blk.mem.data(), in.data(), in.size_bytes());
@@ -277,13 +292,23 @@ class mpi_device_comm : public comm_forms<mpi_device_comm> {
   template <class U, comm_element T>
   requires std::is_same_v<std::remove_const_t<U>, T>
   request all_gather_async(std::span<U> in, std::span<T> out) {
-    detail::check_all_gather_sizes(in.size(), out.size(), size(), name());
+    detail::check_all_gather_args(in, out, rank(), size(), name());
     check_device_memory(in.data(), "all_gather");
     check_device_memory(out.data(), "all_gather");
     auto& s = state();
-    s.prepare(in.data(), in.size_bytes());
-    s.prepare(out.data(), out.size_bytes());
-    if (s.cuda_aware()) return issue(s.host().all_gather_async(in, out), {});
+    s.prepare(in.data(), in.size_bytes(), false);
+    s.prepare(out.data(), out.size_bytes(), true);
+    if (s.cuda_aware()) {
+      // In place on the device: this rank's block copied into out first (the host
+      // executor's own copy for blocks past int's counts would be a host memcpy).
+      std::span<T> own = out.subspan(static_cast<std::size_t>(rank()) * in.size(), in.size());
+      if (static_cast<const void*>(own.data()) != static_cast<const void*>(in.data()) && !in.empty()) {
+        device_guard g(s.device());
+        cuda::copy_async(own.data(), in.data(), in.size_bytes(), s.compute());
+        s.wait_copies();
+      }
+      return issue_direct(s.host().all_gather_async(std::span<const T>(own), out), out.data(), out.size_bytes(), true);
+    }
     auto& blk = s.stage(out.size_bytes());
     std::byte* own = blk.mem.data() + static_cast<std::size_t>(rank()) * in.size_bytes();
     s.copy_out(own, in.data(), in.size_bytes());
@@ -300,7 +325,7 @@ class mpi_device_comm : public comm_forms<mpi_device_comm> {
                                "is not pinned host memory; give it buffer<T, strata::pinned> data");
     check_device_memory(out.data(), "all_gather_from_host");
     auto& s = state();
-    s.prepare(out.data(), out.size_bytes());  // also: the work that writes `in` has run
+    s.prepare(out.data(), out.size_bytes(), true);  // also: the work that writes `in` has run
     auto& blk = s.stage(out.size_bytes());
     std::byte* own = blk.mem.data() + static_cast<std::size_t>(rank()) * in.size_bytes();
     if (!in.empty()) std::memcpy(own, in.data(), in.size_bytes());
@@ -312,8 +337,9 @@ class mpi_device_comm : public comm_forms<mpi_device_comm> {
     check_rank(root, "broadcast root");
     check_device_memory(data.data(), "broadcast");
     auto& s = state();
-    s.prepare(data.data(), data.size_bytes());
-    if (s.cuda_aware()) return issue(s.host().broadcast_async(data, root), {});
+    s.prepare(data.data(), data.size_bytes(), true);  // staged, the root's copy comes back too
+    if (s.cuda_aware())
+      return issue_direct(s.host().broadcast_async(data, root), data.data(), data.size_bytes(), rank() != root);
     auto& blk = s.stage(data.size_bytes());
     if (rank() == root) {
       s.copy_out(blk.mem.data(), data.data(), data.size_bytes());
@@ -330,8 +356,9 @@ class mpi_device_comm : public comm_forms<mpi_device_comm> {
     check_rank(dest, "send destination");
     check_device_memory(data.data(), "send");
     auto& s = state();
-    s.prepare(data.data(), data.size_bytes());
-    if (s.cuda_aware()) return issue(s.host().send_async(data, dest, tag), {});
+    s.prepare(data.data(), data.size_bytes(), false);
+    if (s.cuda_aware())
+      return issue_direct(s.host().send_async(data, dest, tag), data.data(), data.size_bytes(), false);
     auto& blk = s.stage(data.size_bytes());
     s.copy_out(blk.mem.data(), data.data(), data.size_bytes());
     s.wait_copies();
@@ -344,8 +371,8 @@ class mpi_device_comm : public comm_forms<mpi_device_comm> {
     check_rank(src, "recv source");
     check_device_memory(data.data(), "recv");
     auto& s = state();
-    s.prepare(data.data(), data.size_bytes());
-    if (s.cuda_aware()) return issue(s.host().recv_async(data, src, tag), {});
+    s.prepare(data.data(), data.size_bytes(), true);
+    if (s.cuda_aware()) return issue_direct(s.host().recv_async(data, src, tag), data.data(), data.size_bytes(), true);
     auto& blk = s.stage(data.size_bytes());
     std::span<T> staged(reinterpret_cast<T*>(blk.mem.data()), data.size());
     return issue(s.host().recv_async(staged, src, tag), {}, data.data(), blk, 0, data.size_bytes());
@@ -360,8 +387,8 @@ class mpi_device_comm : public comm_forms<mpi_device_comm> {
     check_device_memory(out.data(), "send_recv");
     check_device_memory(in.data(), "send_recv");
     auto& s = state();
-    s.prepare(out.data(), out.size_bytes());
-    s.prepare(in.data(), in.size_bytes());
+    s.prepare(out.data(), out.size_bytes(), false);
+    s.prepare(in.data(), in.size_bytes(), true);
     const std::size_t at = detail::align_up(out.size_bytes());
     auto& blk = s.stage(at + in.size_bytes());
     s.copy_out(blk.mem.data(), out.data(), out.size_bytes());
@@ -427,6 +454,15 @@ class mpi_device_comm : public comm_forms<mpi_device_comm> {
   request issue(request first, request second, void* device_dst, detail::staging_pool::block& blk, std::size_t offset,
                 std::size_t bytes) {
     return issue(std::move(first), std::move(second), device_dst, &blk, offset, bytes);
+  }
+  // A CUDA-aware operation: MPI itself reads (or, with write, writes) [p, p + bytes) of
+  // device memory until it completes; nothing is copied back.
+  request issue_direct(request r, const void* p, std::size_t bytes, bool write) {
+    auto& s = state();
+    detail::mpi_device_state::pending d;
+    d.first = std::move(r);
+    d.touched[1] = {static_cast<const std::byte*>(p), bytes, write};
+    return request(&s, s.track(std::move(d)));
   }
 
   void check_rank(int r, const char* what) const {

@@ -118,9 +118,10 @@ __global__ void __launch_bounds__(cuda_block) grid_stride_kernel(std::size_t n, 
 
 // Blocks that fill every multiprocessor of the current device at full occupancy: more
 // only queue behind them, since every kernel here loops grid-stride. Cached per device
-// and kernel, so a launch costs one cudaGetDevice.
-template <class Kernel>
-int resident_blocks(Kernel kernel) {
+// and kernel (the kernel itself, not its type: two kernels of one signature differ in
+// registers and occupancy), so a launch costs one cudaGetDevice.
+template <auto kernel>
+int resident_blocks() {
   static std::atomic<int> cache[cuda_max_devices] = {};
   const int dev = current_device();
   const int slot = dev < cuda_max_devices ? dev : 0;
@@ -150,7 +151,7 @@ void run_cuda(std::size_t n, const F& f, cudaStream_t stream) {
   if (n == 0) return;
   constexpr auto kernel = &detail::grid_stride_kernel<F>;
   const std::size_t needed = (n + detail::cuda_block - 1) / detail::cuda_block;
-  const int blocks = static_cast<int>(std::min<std::size_t>(needed, detail::resident_blocks(kernel)));
+  const int blocks = static_cast<int>(std::min<std::size_t>(needed, detail::resident_blocks<kernel>()));
   strata::detail::clear_stale_cuda_error();
   kernel<<<blocks, detail::cuda_block, 0, stream>>>(n, f);
   detail::check_launch("run_cuda");

@@ -82,17 +82,19 @@ __global__ void __launch_bounds__(kernels::detail::cuda_block)
 template <class F>
 void run_cuda_runs(const cuda_run_table& table, const F& decayed, const F& undecayed, cudaStream_t stream) {
   if (table.tiles() == 0) return;
-  const auto launch = [&](auto kernel) {
-    const int blocks = static_cast<int>(std::min<std::size_t>(table.tiles(), kernels::detail::resident_blocks(kernel)));
+  const auto launch = [&]<auto kernel>() {
+    const int blocks =
+        static_cast<int>(std::min<std::size_t>(table.tiles(), kernels::detail::resident_blocks<kernel>()));
     strata::detail::clear_stale_cuda_error();
     kernel<<<blocks, kernels::detail::cuda_block, 0, stream>>>(table.device_data(), table.runs(), table.tiles(),
                                                                decayed, undecayed);
     kernels::detail::check_launch("run_cuda_runs");
   };
   if constexpr (kernels::detail::vector_functor<F>) {
-    if (decayed.vector_aligned() && undecayed.vector_aligned()) return launch(&detail::runs_kernel<F, true>);
+    if (decayed.vector_aligned() && undecayed.vector_aligned())
+      return launch.template operator()<&detail::runs_kernel<F, true>>();
   }
-  launch(&detail::runs_kernel<F, false>);
+  launch.template operator()<&detail::runs_kernel<F, false>>();
 }
 
 namespace detail {

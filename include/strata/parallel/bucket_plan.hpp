@@ -17,6 +17,12 @@ namespace strata {
 // (trainer_options::bucket_elems, a config's reduce_bucket_size): 4 Mi, 16 MiB of fp32.
 inline constexpr std::size_t default_bucket_elems = std::size_t{1} << 22;
 
+// What of a bucket a rank's master holds: `count` elements from `padded` in the padded
+// buffer, at `master` in the rank's master.
+struct held_range {
+  std::size_t padded, count, master;
+};
+
 struct bucket {
   std::size_t first_layer = 0, end_layer = 0;  // layers [first, end) in forward order
   std::size_t src_begin = 0, src_end = 0;      // the same elements in the flat layout
@@ -34,6 +40,11 @@ struct bucket {
 
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
   std::size_t piece_begin(int rank) const { return offset + static_cast<std::size_t>(rank) * piece; }
+  // A rank's piece at its shard_offset (ZeRO 1-3), or, in a replicated master (ZeRO-0),
+  // the whole bucket at its replica_offset.
+  held_range held(int rank, bool replicated) const {
+    return replicated ? held_range{offset, size, replica_offset} : held_range{piece_begin(rank), piece, shard_offset};
+  }
 };
 
 class bucket_plan {
@@ -133,24 +144,20 @@ class bucket_plan {
     return buckets_.empty() ? 0 : buckets_.back().offset + (flat_offset - buckets_.back().src_begin);
   }
 
-  // Decay runs over a rank's shard (shard coordinates). Padding joins a neighbouring
-  // run: it is zero and stays zero under every update, whatever its decay flag. A
-  // bucket that shares its partner's piece adds none.
-  std::vector<decay_run> shard_runs(int rank) const {
+  // Decay runs over what a rank's master holds (bucket::held; master coordinates): its
+  // shard, or a replicated master. Padding joins a neighbouring run: it is zero and stays
+  // zero under every update, whatever its decay flag. A bucket that shares its partner's
+  // piece adds none.
+  std::vector<decay_run> master_runs(int rank, bool replicated) const {
     std::vector<decay_run> runs;
     for (const auto& b : buckets_) {
       if (b.shares_piece) continue;
-      const std::size_t lo = b.piece_begin(rank), hi = lo + b.piece;
-      append_runs(lo, hi, b.shard_offset, runs);
+      const held_range h = b.held(rank, replicated);
+      append_runs(h.padded, h.padded + h.count, h.master, runs);
     }
     return runs;
   }
-  // Decay runs over the whole padded buffer (for the replicated policy's full update).
-  std::vector<decay_run> full_runs() const {
-    std::vector<decay_run> runs;
-    append_runs(0, total_, 0, runs);
-    return runs;
-  }
+  std::vector<decay_run> shard_runs(int rank) const { return master_runs(rank, false); }
 
  private:
   // Per layer: whether it holds a param tied to another, or one another is tied to.

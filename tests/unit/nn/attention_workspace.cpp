@@ -38,40 +38,44 @@ void require_valid(const sd::attention_layout& l, sd::attention_chunk c) {
 
 }  // namespace
 
-TEST_CASE("attention workspace: the scores' gradient in 16 bits over cuDNN's tiles") {
-  // Qwen2.5-0.5B at 8 x 1024: 8 rows x 14 heads x 1024 x 1024 x 2 bytes = 224 MiB.
-  CHECK(sd::attention_workspace_bytes(qwen(8, 1024, 14, 2), {8, 2}) == 224 * MiB);
+TEST_CASE("attention workspace: the scores' gradient in 16 bits over cuDNN's tiles, and a float a row") {
+  // Qwen2.5-0.5B at 8 x 1024: 8 rows x 14 heads x (1024 x 1024 x 2 bytes + 1024 floats),
+  // 224 MiB and 448 KiB.
+  CHECK(sd::attention_workspace_bytes(qwen(8, 1024, 14, 2), {8, 2}) == 224 * MiB + 8 * 14 * 1024 * 4);
   // Query rows round up to 64, key rows to 128: 100 -> 128 x 128; 65 -> 128 x 128.
-  CHECK(sd::attention_workspace_bytes(qwen(1, 100, 2, 1), {1, 1}) == 2 * 128 * 128 * 2);
-  CHECK(sd::attention_workspace_bytes(qwen(1, 65, 1, 1), {1, 1}) == 128 * 128 * 2);
-  CHECK(sd::attention_workspace_bytes(qwen(1, 64, 1, 1), {1, 1}) == 64 * 128 * 2);
+  CHECK(sd::attention_workspace_bytes(qwen(1, 100, 2, 1), {1, 1}) == 2 * (128 * 128 * 2 + 100 * 4));
+  CHECK(sd::attention_workspace_bytes(qwen(1, 65, 1, 1), {1, 1}) == 128 * 128 * 2 + 65 * 4);
+  CHECK(sd::attention_workspace_bytes(qwen(1, 64, 1, 1), {1, 1}) == 64 * 128 * 2 + 64 * 4);
   // A chunk counts its own rows and heads (a group of 7 query heads per key/value head).
-  CHECK(sd::attention_workspace_bytes(qwen(8, 1024, 14, 2), {1, 1}) == 7 * 2 * MiB);
+  CHECK(sd::attention_workspace_bytes(qwen(8, 1024, 14, 2), {1, 1}) == 7 * (2 * MiB + 1024 * 4));
 }
 
 TEST_CASE("attention workspace: the whole layout where it fits, else the largest chunk within the limit") {
   const std::int64_t limit = 1024 * MiB;
   // 224 MiB: whole.
   CHECK(sd::attention_backward_chunk(qwen(8, 1024, 14, 2), limit) == sd::attention_chunk{8, 2});
-  // S 4096: 448 MiB a batch row, so two rows (896 MiB), all heads.
+  // S 4096: 448 MiB (and 224 KiB) a batch row, so two rows, all heads.
   const auto l4k = qwen(8, 4096, 14, 2);
   const auto c4k = sd::attention_backward_chunk(l4k, limit);
   CHECK(c4k == sd::attention_chunk{2, 2});
-  CHECK(sd::attention_workspace_bytes(l4k, c4k) == 896 * MiB);
-  // S 8192: one batch row is 1,792 MiB (15 GiB whole); one key/value head's 7 query heads 896 MiB.
+  CHECK(sd::attention_workspace_bytes(l4k, c4k) == 2 * 14 * (32 * MiB + 4096 * 4));
+  // S 8192: one batch row is 1,792 MiB (14 GiB whole); one key/value head's 7 query heads 896 MiB.
   const auto l8k = qwen(8, 8192, 14, 2);
-  CHECK(sd::attention_workspace_bytes(l8k, sd::whole(l8k)) == 14336 * MiB);
+  CHECK(sd::attention_workspace_bytes(l8k, sd::whole(l8k)) == 8 * 14 * (128 * MiB + 8192 * 4));
   const auto c8k = sd::attention_backward_chunk(l8k, limit);
   CHECK(c8k == sd::attention_chunk{1, 1});
-  CHECK(sd::attention_workspace_bytes(l8k, c8k) == 896 * MiB);
+  CHECK(sd::attention_workspace_bytes(l8k, c8k) == 7 * (128 * MiB + 8192 * 4));
   // Too large at one row and one head: the smallest there is, over the limit.
   CHECK(sd::attention_backward_chunk(qwen(2, 32768, 14, 2), limit) == sd::attention_chunk{1, 1});
-  // A chunk of heads has one batch row: 4 heads in 4 groups, 2 rows, (row, head) pairs of
-  // 2 MiB; within 2 pairs, 2 heads of one row (not one head of 2 rows); within 6, one row.
+  // A chunk of heads has one batch row: 4 heads in 4 groups, 2 rows; within 2 (row, head)
+  // pairs, 2 heads of one row (not one head of 2 rows); within 4 or 6, one row.
   const auto rows2 = qwen(2, 1024, 4, 4);
-  CHECK(sd::attention_backward_chunk(rows2, 2 * 2 * MiB) == sd::attention_chunk{1, 2});
-  CHECK(sd::attention_backward_chunk(rows2, 4 * 2 * MiB) == sd::attention_chunk{1, 4});
-  CHECK(sd::attention_backward_chunk(rows2, 6 * 2 * MiB) == sd::attention_chunk{1, 4});
+  const std::int64_t pair = sd::attention_workspace_bytes(rows2, {1, 1});
+  CHECK(pair == 2 * MiB + 1024 * 4);
+  CHECK(sd::attention_backward_chunk(rows2, 2 * pair) == sd::attention_chunk{1, 2});
+  CHECK(sd::attention_backward_chunk(rows2, 4 * pair) == sd::attention_chunk{1, 4});
+  CHECK(sd::attention_backward_chunk(rows2, 6 * pair) == sd::attention_chunk{1, 4});
+  CHECK(sd::attention_backward_chunk(rows2, 2 * pair - 1) == sd::attention_chunk{1, 1});
   CHECK_FALSE(sd::attention_chunk_valid(rows2, {2, 1}));
   // 12 heads of their own at 8192: a row is 1,536 MiB, 6 heads of one row 768.
   CHECK(sd::attention_backward_chunk(qwen(2, 8192, 12, 12), limit) == sd::attention_chunk{1, 6});

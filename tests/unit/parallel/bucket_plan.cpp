@@ -129,7 +129,7 @@ void check_plan(const flat_layout& layout, int ranks, std::size_t bucket_elems, 
   std::vector<int> full_flag(offset, -1);
   {
     std::size_t at = 0;
-    for (const auto& run : plan.full_runs()) {
+    for (const auto& run : plan.master_runs(0, true)) {  // no ties here: replica = padded
       CHECK(run.offset == at);
       for (std::size_t j = 0; j < run.count && at + j < offset; ++j) full_flag[at + j] = run.decay;
       at += run.count;
@@ -249,7 +249,7 @@ TEST_CASE("bucket plan: one rank owns every bucket whole") {
     CHECK(b.size % 16 == 0);
   }
   CHECK(plan.shard_size() == plan.total());
-  CHECK(plan.shard_runs(0) == plan.full_runs());
+  CHECK(plan.shard_runs(0) == plan.master_runs(0, true));
   check_plan(layout, 1, 64, 0, 3);
 }
 
@@ -367,6 +367,24 @@ TEST_CASE("bucket plan: a tied copy on the source's stage shares its piece of th
         at += run.count;
       }
       CHECK(at == plan.shard_size());
+      // Each bucket's held range: the piece (ZeRO 1-3) or the whole bucket (ZeRO-0), the
+      // copy's at its source's place in the master; a replicated master's runs tile it.
+      for (const auto& b : bs) {
+        const strata::held_range piece = b.held(r, false), whole = b.held(r, true);
+        CHECK(piece.padded == b.piece_begin(r));
+        CHECK(piece.count == b.piece);
+        CHECK(piece.master == b.shard_offset);
+        CHECK(whole.padded == b.offset);
+        CHECK(whole.count == b.size);
+        CHECK(whole.master == b.replica_offset);
+      }
+      CHECK(bs[c].held(r, true).master == bs[s].held(r, true).master);
+      at = 0;
+      for (const auto& run : plan.master_runs(r, true)) {
+        CHECK(run.offset == at);
+        at += run.count;
+      }
+      CHECK(at == plan.replica_total());
     }
     // The head's stage alone, or the embedding's: nothing is shared.
     for (const auto& [first, end] : {std::pair<std::size_t, std::size_t>{1, 4}, {0, 3}}) {

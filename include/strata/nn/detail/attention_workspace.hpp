@@ -52,11 +52,12 @@ struct attention_chunk {
 
 inline attention_chunk whole(const attention_layout& l) { return {l.B, l.H / l.group}; }
 
-// The scores' gradient of chunk c in 16 bits, query rows in tiles of 64 and key rows in
-// tiles of 128 (Hopper's: the larger of cuDNN's counts).
+// Chunk c's workspace: the scores' gradient in 16 bits, query rows in tiles of 64 and key
+// rows in tiles of 128 (Hopper's: the larger of cuDNN's counts), and the frontend's own
+// float per query row (the softmax sums it adds to every backward's workspace).
 inline std::int64_t attention_workspace_bytes(const attention_layout& l, attention_chunk c) {
   const std::int64_t rows = (l.S + 63) / 64 * 64, keys = (l.S + 127) / 128 * 128;
-  return c.batch * c.kv_heads * l.group * rows * keys * 2;
+  return c.batch * c.kv_heads * l.group * (rows * keys * 2 + l.S * 4);
 }
 
 // Whether cuDNN can run chunk c's pieces: each starts at 16 bytes (the alignment its

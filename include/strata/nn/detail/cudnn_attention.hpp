@@ -259,31 +259,27 @@ class cudnn_attention {
       std::fprintf(stderr, "strata: cuDNN made no handle; attention (%s) runs unfused\n", shape.c_str());
       return p;
     }
-    // The chunk the formula picks; where the built plan asks for more than the limit all
-    // the same, a smaller one, down to one batch row and one key/value head.
-    for (attention_chunk c = attention_backward_chunk(l, limit_);;) {
-      auto [f, b, stats] = graphs_of<T>(l, 0, c);
-      for (auto* g : {f.get(), b.get()}) {
-        fe::error_object e = g->build(h, {fe::HeurMode_t::A});
-        if (!e.is_good()) {
-          std::fprintf(stderr, "strata: cuDNN %d refuses fused attention for %s (%s); it runs unfused\n", version_,
-                       shape.c_str(), e.get_message().c_str());
-          return plans{};
-        }
-      }
-      // The variant packs name the statistics by stats_uid: the graph must have taken it.
-      expects<cuda_error>(stats->get_uid() == stats_uid, [&] {
-        return strata::cat("cuDNN attention: the forward's statistics have uid ", stats->get_uid(), ", not ",
-                           static_cast<std::int64_t>(stats_uid));
-      });
-      for (auto [g, size] : {std::pair{f.get(), &p.forward_workspace}, std::pair{b.get(), &p.backward_workspace}}) {
-        fe::error_object e = g->get_workspace_size(*size);
-        if (!e.is_good()) {
-          std::fprintf(stderr, "strata: cuDNN %d refuses fused attention for %s (workspace: %s); it runs unfused\n",
-                       version_, shape.c_str(), e.get_message().c_str());
-          return plans{};
-        }
-      }
+    const auto refused = [&](const char* what, fe::error_object& e) {
+      std::fprintf(stderr, "strata: cuDNN %d refuses fused attention for %s (%s%s); it runs unfused\n", version_,
+                   shape.c_str(), what, e.get_message().c_str());
+      return plans{};
+    };
+    // Backward's chunk: the formula's; where the built plan asks for more than the limit
+    // all the same, a smaller one, down to one batch row and one key/value head. The
+    // forward is built once.
+    attention_chunk c = attention_backward_chunk(l, limit_);
+    auto [f, b, stats] = graphs_of<T>(l, 0, c);
+    if (fe::error_object e = f->build(h, {fe::HeurMode_t::A}); !e.is_good()) return refused("", e);
+    // The variant packs name the statistics by stats_uid: the graph must have taken it.
+    expects<cuda_error>(stats->get_uid() == stats_uid, [&] {
+      return strata::cat("cuDNN attention: the forward's statistics have uid ", stats->get_uid(), ", not ",
+                         static_cast<std::int64_t>(stats_uid));
+    });
+    if (fe::error_object e = f->get_workspace_size(p.forward_workspace); !e.is_good()) return refused("workspace: ", e);
+    for (;;) {
+      if (fe::error_object e = b->build(h, {fe::HeurMode_t::A}); !e.is_good()) return refused("", e);
+      if (fe::error_object e = b->get_workspace_size(p.backward_workspace); !e.is_good())
+        return refused("workspace: ", e);
       if (p.backward_workspace > limit_) {
         // The plan asks for more than the formula said: a chunk smaller by the formula,
         // scaled by how far it missed, where a valid one is; else this one, said once.
@@ -293,6 +289,7 @@ class cudnn_attention {
         const attention_chunk smaller = attention_backward_chunk(l, std::min(estimate - 1, aim));
         if (attention_workspace_bytes(l, smaller) < estimate) {
           c = smaller;
+          b = graphs_of<T>(l, 0, c).backward;
           continue;
         }
         std::fprintf(stderr,

@@ -134,9 +134,9 @@ struct sharded_state {
   template <class F>
   void for_each_master_range(const bucket_plan& plan, int stage, std::size_t lo, std::size_t hi, F&& f) const {
     for (const auto& b : plan.buckets()) {
-      const std::size_t pb = stage == 0 ? b.offset : b.piece_begin(rank), pe = pb + (stage == 0 ? b.size : b.piece);
-      const std::size_t s = lo > pb ? lo : pb, e = hi < pe ? hi : pe;
-      if (s < e) f(s, (stage == 0 ? b.replica_offset : b.shard_offset) + (s - pb), e - s);
+      const held_range h = b.held(rank, stage == 0);
+      const std::size_t s = lo > h.padded ? lo : h.padded, e = hi < h.padded + h.count ? hi : h.padded + h.count;
+      if (s < e) f(s, h.master + (s - h.padded), e - s);
     }
   }
 
@@ -276,30 +276,25 @@ struct sharded_state {
   void make_runs(const bucket_plan& plan, int stage) {
     runs.clear();
     mirrors.clear();
-    // The decay runs in master coordinates, split at bucket pieces (ZeRO-0: buckets):
-    // stages 0-2 write each into its bucket's place in the full params buffer.
-    const auto master_begin = [&](const bucket& b) { return stage == 0 ? b.replica_offset : b.shard_offset; };
-    const auto owned = [&](const bucket& b) { return stage == 0 ? b.size : b.piece; };
-    const auto out_begin = [&](const bucket& b) { return stage == 0 ? b.offset : b.piece_begin(rank); };
-    const std::vector<decay_run> master_runs = stage == 0 ? plan.full_runs() : plan.shard_runs(rank);
-    for (const auto& d : master_runs) {
+    // The decay runs in master coordinates, split at what the master holds of each
+    // bucket (bucket::held): stages 0-2 write each into its place in the full params
+    // buffer, ZeRO-3 into the params shard (master coordinates too).
+    const bool replicated = stage == 0;
+    for (const auto& d : plan.master_runs(rank, replicated)) {
       for (const auto& b : plan.buckets()) {
         if (b.shares_piece) continue;
-        // ZeRO-0's full runs are padded offsets; the master holds bucket b at replica_offset.
-        const std::size_t lo = stage == 0 ? b.offset : b.shard_offset, hi = lo + owned(b);
-        const std::size_t d_end = d.offset + d.count;
-        const std::size_t s = d.offset > lo ? d.offset : lo, e = d_end < hi ? d_end : hi;
-        if (s >= e) continue;
-        const std::size_t m = master_begin(b) + (s - lo);
-        runs.push_back({m, m + (e - s), stage == 3 ? s : out_begin(b) + (s - lo), d.decay});
+        const held_range h = b.held(rank, replicated);
+        const std::size_t d_end = d.offset + d.count, h_end = h.master + h.count;
+        const std::size_t s = d.offset > h.master ? d.offset : h.master, e = d_end < h_end ? d_end : h_end;
+        if (s < e) runs.push_back({s, e, stage == 3 ? s : h.padded + (s - h.master), d.decay});
       }
     }
     // A tied copy sharing its source's piece: at stages 0-2 its params have a place of
     // their own in the full buffer, written from the same master (ZeRO-3 reads the piece).
     if (stage < 3)
       for (const auto& b : plan.buckets())
-        if (b.shares_piece && owned(b))
-          mirrors.push_back({master_begin(b), master_begin(b) + owned(b), out_begin(b), true});
+        if (const held_range h = b.held(rank, replicated); b.shares_piece && h.count)
+          mirrors.push_back({h.master, h.master + h.count, h.padded, true});
   }
 };
 
