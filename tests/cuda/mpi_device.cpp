@@ -180,7 +180,8 @@ TEST_CASE("results are in the compute stream's order, and a later operation sees
   CHECK(std::all_of(after.begin(), after.end(), [&](float v) { return v == p * p * p; }));
 }
 
-TEST_CASE("a reduction of a buffer a gather still writes sums the gathered values, staged or CUDA-aware") {
+TEST_CASE(
+    "a reduction of a buffer a gather still writes sums the gathered values; two sends of one buffer go together") {
   strata::select_device(env().local_rank());
   strata::cuda_stream compute;
   const int p = env().size();
@@ -189,6 +190,7 @@ TEST_CASE("a reduction of a buffer a gather still writes sums the gathered value
     if (staged) ::setenv("STRATA_MPI_CUDA_AWARE", "0", 1);
     strata::mpi_device_comm c(mpi_world(), {.compute_stream = compute.get()});
     ::unsetenv("STRATA_MPI_CUDA_AWARE");
+    INFO("CUDA-aware: " << c.cuda_aware());
     // Each rank's block is rank + 1, out of place (CUDA-aware MPI writes y itself, the
     // staged form copies into it when waited); the sum over p ranks is p (r + 1).
     const std::size_t m = 1000;
@@ -204,6 +206,22 @@ TEST_CASE("a reduction of a buffer a gather still writes sums the gathered value
       CHECK(std::all_of(b, b + static_cast<std::ptrdiff_t>(m),
                         [&](float v) { return v == static_cast<float>(p * (r + 1)); }));
     }
+    // Two sends of one buffer in flight together (reads do not wait for each other), past
+    // MPI's eager size: were the second to wait for the first, each rank would wait in its
+    // second send for a receive its peer posts only after its own.
+    const std::size_t big = std::size_t{1} << 20;
+    const int me = env().rank();
+    auto x = to_device(std::vector<float>(big, static_cast<float>(me)));
+    strata::cuda_buffer<float> from1(big), from2(big);
+    auto s1 = c.send_async(std::span<const float>(x.span()), (me + 1) % p, 11);
+    auto s2 = c.send_async(std::span<const float>(x.span()), (me + 2) % p, 12);
+    c.recv(from1.span(), (me + p - 1) % p, 11);
+    c.recv(from2.span(), (me + 2 * p - 2) % p, 12);
+    s1.wait();
+    s2.wait();
+    const auto a1 = to_host(from1, compute.get()), a2 = to_host(from2, compute.get());
+    CHECK(std::all_of(a1.begin(), a1.end(), [&](float v) { return v == static_cast<float>((me + p - 1) % p); }));
+    CHECK(std::all_of(a2.begin(), a2.end(), [&](float v) { return v == static_cast<float>((me + 2 * p - 2) % p); }));
   }
 }
 
