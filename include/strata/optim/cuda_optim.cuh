@@ -75,6 +75,17 @@ __global__ void __launch_bounds__(kernels::detail::cuda_block)
   }
 }
 
+// One launch of runs_kernel<F, Vector> over the table, as many blocks as stay resident.
+template <bool Vector, class F>
+void launch_runs(const cuda_run_table& table, const F& decayed, const F& undecayed, cudaStream_t stream) {
+  constexpr auto kernel = &runs_kernel<F, Vector>;
+  const int blocks = static_cast<int>(std::min<std::size_t>(table.tiles(), kernels::detail::resident_blocks<kernel>()));
+  strata::detail::clear_stale_cuda_error();
+  kernel<<<blocks, kernels::detail::cuda_block, 0, stream>>>(table.device_data(), table.runs(), table.tiles(), decayed,
+                                                             undecayed);
+  kernels::detail::check_launch("run_cuda_runs");
+}
+
 }  // namespace detail
 
 // Runs decayed(i) for the elements of the table's decay runs and undecayed(i) for those
@@ -82,19 +93,11 @@ __global__ void __launch_bounds__(kernels::detail::cuda_block)
 template <class F>
 void run_cuda_runs(const cuda_run_table& table, const F& decayed, const F& undecayed, cudaStream_t stream) {
   if (table.tiles() == 0) return;
-  const auto launch = [&]<auto kernel>() {
-    const int blocks =
-        static_cast<int>(std::min<std::size_t>(table.tiles(), kernels::detail::resident_blocks<kernel>()));
-    strata::detail::clear_stale_cuda_error();
-    kernel<<<blocks, kernels::detail::cuda_block, 0, stream>>>(table.device_data(), table.runs(), table.tiles(),
-                                                               decayed, undecayed);
-    kernels::detail::check_launch("run_cuda_runs");
-  };
   if constexpr (kernels::detail::vector_functor<F>) {
     if (decayed.vector_aligned() && undecayed.vector_aligned())
-      return launch.template operator()<&detail::runs_kernel<F, true>>();
+      return detail::launch_runs<true>(table, decayed, undecayed, stream);
   }
-  launch.template operator()<&detail::runs_kernel<F, false>>();
+  detail::launch_runs<false>(table, decayed, undecayed, stream);
 }
 
 namespace detail {
