@@ -13,6 +13,7 @@
 #include "strata/model/layout.hpp"
 #include "strata/model/param.hpp"
 #include "strata/parallel/bucket_plan.hpp"
+#include "strata/train/detail/sharded_state.hpp"
 
 using strata::bucket_plan;
 using strata::flat_layout;
@@ -398,4 +399,55 @@ TEST_CASE("bucket plan: a tied copy on the source's stage shares its piece of th
       for (const auto& b : stage.buckets()) CHECK(b.replica_offset == b.offset);
     }
   }
+}
+
+// What the optimizer steps, from what each rank's master holds (bucket::held): runs of
+// master elements with their decay flag and where their compute params go, and the tied
+// copy's mirror run, by hand for a plan of an embedding (64), its tied head (64) and a
+// layer of a 32-element weight and a 16-element bias, over 2 ranks. Buckets: [0, 64),
+// the head's [64, 128) sharing the first's piece, [128, 192) (the bias at 160, padding
+// from 176); replica offsets 0, 0, 64; shard offsets 0, 0, 32.
+TEST_CASE("bucket plan: the optimizer's runs and the tied copy's mirror at ZeRO 0, 1 and 3, by hand") {
+  model m = make_model({{64, 0}, {64, 0}, {32, 16}});
+  m.layers[1].weight.tied_to = flat_layout::of(m, 16).params()[0].name;
+  const flat_layout layout = flat_layout::of(m, 16);
+  const bucket_plan plan(layout, 2, 1000);
+  REQUIRE(plan.buckets().size() == 3);
+  REQUIRE(plan.buckets()[1].shares_piece);
+  struct run {
+    std::size_t begin, end, out;
+    bool decay;
+    bool operator==(const run&) const = default;
+  };
+  const auto runs_of = [&](int stage, int rank) {
+    strata::detail::sharded_state<float> st;
+    st.allocate(plan, stage, 2, false, rank);
+    std::vector<run> runs, mirrors;
+    for (const auto& r : st.runs) runs.push_back({r.begin, r.end, r.out_begin, r.decay});
+    for (const auto& r : st.mirrors) mirrors.push_back({r.begin, r.end, r.out_begin, r.decay});
+    return std::pair{runs, mirrors};
+  };
+  using runs_t = std::vector<run>;
+  // ZeRO-0: the master holds the embedding at 0 and the last bucket at 64 (the head's
+  // bucket once, at the embedding's place); the head's params are the mirror's.
+  for (int rank : {0, 1}) {
+    INFO("ZeRO-0, rank " << rank);
+    const auto [runs, mirrors] = runs_of(0, rank);
+    CHECK(runs == runs_t{{0, 64, 0, true}, {64, 96, 128, true}, {96, 128, 160, false}});
+    CHECK(mirrors == runs_t{{0, 64, 64, true}});
+  }
+  // ZeRO-1 and 2: each rank's half of the embedding's piece and of the last bucket.
+  for (int stage : {1, 2}) {
+    INFO("ZeRO-" << stage);
+    const auto [runs0, mirrors0] = runs_of(stage, 0);
+    CHECK(runs0 == runs_t{{0, 32, 0, true}, {32, 64, 128, true}});
+    CHECK(mirrors0 == runs_t{{0, 32, 64, true}});
+    const auto [runs1, mirrors1] = runs_of(stage, 1);
+    CHECK(runs1 == runs_t{{0, 32, 32, true}, {32, 64, 160, false}});
+    CHECK(mirrors1 == runs_t{{0, 32, 96, true}});
+  }
+  // ZeRO-3: params are the shard itself; the head's gather reads the embedding's piece.
+  const auto [runs3, mirrors3] = runs_of(3, 1);
+  CHECK(runs3 == runs_t{{0, 32, 0, true}, {32, 64, 32, false}});
+  CHECK(mirrors3.empty());
 }
