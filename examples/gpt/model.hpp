@@ -67,12 +67,13 @@ struct block {
 
   // Within one call (a trainer lends one set to every block; see strata::call_scratch):
   // the norms' outputs h1, h2 and GELU's g, which backward makes again from the kept
-  // inputs (layer_norm::forward_again, gelu's forward: one pass each, the same bits), and
-  // the gradients.
+  // inputs (layer_norm::forward_again, gelu's forward: one pass each, the same bits; where
+  // fc1's GEMM made g in its epilogue, cuBLASLt's GELU, the kernel's is within a rounding
+  // of it), and the gradients.
   template <class Space, class Act = float>
   struct scratch {
     strata::tensor<Act, Space> h1, h2, g;
-    strata::tensor<Act, Space> dg, du, dh2, dx1, dh1;
+    strata::tensor<Act, Space> du, dh2, dx1, dh1;
   };
   template <class Space, class Act = float>
   struct cache {
@@ -99,8 +100,7 @@ struct block {
     }
     strata::trace_scope part(strata::trace_track::compute, "mlp forward");
     ln2.forward(ctx, c.x1, w.h2, c.ln2);
-    fc1.forward(ctx, w.h2, c.u, c.fc1);
-    act.forward(ctx, c.u, w.g, c.act);
+    fc1.forward(ctx, w.h2, c.u, c.fc1, act, w.g, c.act);  // bias and GELU in the GEMM where fused
     fc2.forward(ctx, w.g, y, c.fc2);
     strata::nn::add_into(ctx, y, c.x1);
   }
@@ -111,8 +111,7 @@ struct block {
     {
       strata::trace_scope part(strata::trace_track::compute, "mlp backward");
       act.forward(ctx, c.u, w.g, c.act);
-      fc2.backward(ctx, dy, w.dg, c.fc2);
-      act.backward(ctx, w.dg, w.du, c.act);
+      fc2.backward(ctx, dy, w.du, c.fc2, act, c.act);  // through GELU: GELU's gradient in the GEMM where fused
       ln2.forward_again(ctx, w.h2, c.ln2);
       fc1.backward(ctx, w.du, w.dh2, c.fc1);
       ln2.backward(ctx, w.dh2, w.dx1, c.ln2);

@@ -7,6 +7,7 @@
 // and Qwen2 through the trainer's layer table; the same bits run to run; both models with
 // bf16 weights and tensor-core GEMMs (a mixed trainer's) against the host in fp32.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -381,6 +382,98 @@ TEST_CASE("column_ and row_parallel_linear at tp = 1 match the host") {
   }
 }
 
+// cuBLASLt's epilogues (ops::gemm_fused): fc1's bias and GELU in its GEMM, and fc2's
+// backward carried through GELU's gradient in its input-gradient GEMM, against the host's
+// layers one by one, in fp32 (no TF32). One GEMM each: the single-GEMM tolerance, 1e-5
+// normwise, which also pins GELU's form (erf's GELU is up to 2e-4 from the tanh form's
+// at |u| near 2, normwise some 1e-4 here). The counts show the fused kernels ran (a
+// Hopper GPU has them for these types); turned off, the same calls run unfused, and
+// fused twice gives the same bits. The bias gradients are the column sums in double
+// either way: the host's bits.
+TEST_CASE("cuBLASLt epilogues: bias and GELU in fc1's GEMM, GELU's gradient in fc2's, match the host") {
+  namespace d = strata::detail;
+  std::mt19937 rng(60);
+  const std::int64_t D = 64, H = 256, B = 3, S = 5;
+  sp::column_parallel_linear h1 = sp::make_column_parallel_linear(D, H, 0, 1), d1 = h1;
+  sp::row_parallel_linear h2 = sp::make_row_parallel_linear(H, D, 0, 1), d2 = h2;
+  param_pair_store store;
+  store.bind_all(h1, d1, rng, 0.5f, true);
+  store.bind_all(h2, d2, rng, 0.2f, true);
+  const nn::gelu act{nn::gelu_approximation::tanh};
+  const auto x = random_values(B * S * D, rng, -1.0f, 1.0f), dy = random_values(B * S * D, rng);
+  struct on_host {
+    host_tensor x, u, g, y, dy, du;
+    sp::column_parallel_linear::cache<strata::host> c1;
+    sp::row_parallel_linear::cache<strata::host> c2;
+    nn::gelu::cache<strata::host> ca;
+  } h;
+  host_ctx hctx;
+  h.x = host_of({B, S, D}, x);
+  h.dy = host_of({B, S, D}, dy);
+  h1.forward(hctx, h.x, h.u, h.c1, act, h.g, h.ca);
+  h2.forward(hctx, h.g, h.y, h.c2);
+  h2.backward(hctx, h.dy, h.du, h.c2, act, h.ca);
+
+  device_env denv;
+  const device_tensor dx_in = device_of({B, S, D}, x), ddy = device_of({B, S, D}, dy);
+  // One device pass from the starting gradients; what it made, and the fused count.
+  struct pass {
+    std::vector<float> u, g, du, w2_grad, b2_grad;
+    std::uint64_t fused = 0;
+  };
+  const auto grads0 = [&] {
+    std::vector<std::vector<float>> g;
+    for (auto* p : {&d1.weight, &d1.bias, &d2.weight, &d2.bias}) g.push_back(grads_of(*p));
+    return g;
+  }();
+  const auto run = [&] {
+    std::size_t k = 0;
+    for (auto* p : {&d1.weight, &d1.bias, &d2.weight, &d2.bias})
+      strata::cuda::copy(p->grad(), grads0[k++].data(), p->numel() * sizeof(float));
+    device_tensor u, g, y, du;
+    sp::column_parallel_linear::cache<strata::cuda> c1;
+    sp::row_parallel_linear::cache<strata::cuda> c2;
+    nn::gelu::cache<strata::cuda> ca;
+    const auto before = d::gemm_fused_counts().fused.load();
+    d1.forward(denv.ctx, dx_in, u, c1, act, g, ca);
+    d2.forward(denv.ctx, g, y, c2);
+    d2.backward(denv.ctx, ddy, du, c2, act, ca);
+    denv.synchronize();
+    return pass{read(u),
+                read(g),
+                read(du),
+                grads_of(d2.weight),
+                grads_of(d2.bias),
+                d::gemm_fused_counts().fused.load() - before};
+  };
+  const pass fused = run();
+  // fc1's bias and GELU, fc2's bias, fc2's GELU gradient; fc1's backward is not called.
+  CHECK(fused.fused == 3);
+  check_normwise(fused.u, values_of(h.u), 1e-5, "epilogue: fc1 u (bias)");
+  check_normwise(fused.g, values_of(h.g), 1e-5, "epilogue: fc1 g (tanh GELU)");
+  check_normwise(fused.du, values_of(h.du), 1e-5, "epilogue: fc2 dx through GELU");
+  check_normwise(fused.w2_grad, host_grads(h2.weight), 1e-5, "epilogue: fc2 weight.grad");
+  CHECK(same_bits(fused.b2_grad, host_grads(h2.bias)));
+  const pass again = run();
+  CHECK(same_bits(again.u, fused.u));
+  CHECK(same_bits(again.g, fused.g));
+  CHECK(same_bits(again.du, fused.du));
+  CHECK(same_bits(again.w2_grad, fused.w2_grad));
+
+  auto& on = d::gemm_epilogues_enabled();
+  const bool was = on.exchange(false);
+  struct restore {
+    std::atomic<bool>& flag;
+    bool value;
+    ~restore() { flag = value; }
+  } guard{on, was};
+  const pass unfused = run();
+  CHECK(unfused.fused == 0);
+  check_normwise(unfused.g, fused.g, 1e-5, "epilogue: unfused g vs fused");
+  check_normwise(unfused.du, fused.du, 1e-5, "epilogue: unfused dx vs fused");
+  CHECK(same_bits(unfused.b2_grad, fused.b2_grad));
+}
+
 TEST_CASE("tensor-parallel block moves and the row-parallel bias give the host's bits") {
   // The steps a layer takes only at tp > 1 (all_gather's blocks into features, a rank's
   // columns of dy, the bias after the all-reduce): pure moves and one float add each.
@@ -747,7 +840,10 @@ TEST_CASE("gpt and qwen2 models with bf16 weights and activations on tensor core
   const auto bf16 = [](auto& hm, auto& dm, const auto& params, const auto& b) {
     compare_models_bf16(hm, dm, params, b);
   };
+  const auto fused = strata::detail::gemm_fused_counts().fused.load();
   on_gpt(bf16);
+  // bf16 is what a mixed trainer multiplies in: its biases and GELU are in the epilogues.
+  CHECK(strata::detail::gemm_fused_counts().fused.load() > fused);
   on_qwen2(bf16);
 }
 

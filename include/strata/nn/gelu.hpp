@@ -96,14 +96,26 @@ struct gelu {
     detail::require_dy(dy, c.x->shape(), "gelu", std::string());
     detail::require_distinct(&dy, &dx, "gelu", std::string());
     dx.resize(c.x->shape());
-    using act = activation_of<Ctx>;
-    const auto n = static_cast<std::int64_t>(dy.numel());
+    backward_map(ctx, c.x->data(), dy.data(), dx.data(), static_cast<std::int64_t>(dy.numel()));
+  }
+
+  // d = d gelu'(x) in place: the gradient of GELU's input x from that of its output, for a
+  // layer that fuses GELU into its own work and holds x (row_parallel_linear's backward
+  // through GELU). The bits of backward with dy = d.
+  template <class Ctx>
+  void backward_at(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& d) const {
+    detail::require_dy(d, x.shape(), "gelu", std::string());
+    backward_map(ctx, x.data(), d.data(), d.data(), static_cast<std::int64_t>(d.numel()));
+  }
+
+ private:
+  // Each element reads its dy before it writes its dx, so dx may be dy.
+  template <class Ctx, class T>
+  void backward_map(Ctx& ctx, const T* x, const T* dy, T* dx, std::int64_t n) const {
     if (approximate == gelu_approximation::tanh)
-      ops_of<Ctx>::map(exec_of(ctx), n,
-                       detail::gelu_backward_fn<detail::gelu_tanh, act>{c.x->data(), dy.data(), dx.data()});
+      ops_of<Ctx>::map(exec_of(ctx), n, detail::gelu_backward_fn<detail::gelu_tanh, T>{x, dy, dx});
     else
-      ops_of<Ctx>::map(exec_of(ctx), n,
-                       detail::gelu_backward_fn<detail::gelu_erf, act>{c.x->data(), dy.data(), dx.data()});
+      ops_of<Ctx>::map(exec_of(ctx), n, detail::gelu_backward_fn<detail::gelu_erf, T>{x, dy, dx});
   }
 };
 

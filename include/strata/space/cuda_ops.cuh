@@ -23,6 +23,7 @@
 #include "cuda.hpp"
 #include "cuda_transfer.hpp"
 #include "detail/cublas_check.hpp"
+#include "detail/cublaslt_matmul.hpp"
 #include "ops.hpp"
 #include "tensor.hpp"
 
@@ -369,6 +370,62 @@ struct ops<cuda> {
       }
     }
     gemm_16bit(exec, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, batch);
+  }
+
+  // One cuBLASLt matmul with the epilogue (detail/cublaslt_matmul.hpp), on operands read
+  // where they are: all of one 16-bit type, or all float with fp32 GEMMs (no TF32), as
+  // gemm multiplies them. GELU's auxiliary matrix needs a leading dimension divisible by 8
+  // (cuBLASLt's rule). Anything else, or a call cuBLASLt has no kernel for: false.
+  template <class A, class B, class C, class W>
+  static bool gemm_fused(const exec_type& exec, transpose ta, transpose tb, std::int64_t m, std::int64_t n,
+                         std::int64_t k, const A* a, std::int64_t lda, const B* b, std::int64_t ldb, C* c,
+                         std::int64_t ldc, const gemm_epilogue<W, C>& e) {
+    constexpr bool half = detail::is_half<C> && std::is_same_v<A, C> && std::is_same_v<B, C>;
+    if constexpr (!half && !all_float<A, B, C>) {
+      return false;
+    } else {
+      if (!half && exec.gemm != gemm_operands::fp32) return false;
+      if (m == 0 || n == 0 || k == 0 || (e.kind != epilogue::bias && ldc % 8 != 0)) return false;
+      detail::require_int_extents(m, n, k, lda, ldb, ldc);
+      // Column-major, as in gemm: C^T = op(B)^T op(A)^T, so A and B (and m and n) swap, and
+      // a bias over C's columns is one over the rows of cuBLAS's D.
+      detail::lt_matmul_call call;
+      call.op_a = detail::cublas_op(tb);
+      call.op_b = detail::cublas_op(ta);
+      call.m = n;
+      call.n = m;
+      call.k = k;
+      call.ab_type = call.c_type = detail::cuda_data_type<C>;
+      call.a = b;
+      call.lda = detail::cublas_ld(ldb);
+      call.b = a;
+      call.ldb = detail::cublas_ld(lda);
+      call.c = c;
+      call.ldc = detail::cublas_ld(ldc);
+      switch (e.kind) {
+        case epilogue::bias:
+          call.epilogue = CUBLASLT_EPILOGUE_BIAS;
+          break;
+        case epilogue::gelu_bias:
+          call.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+          call.aux = e.aux_out;
+          break;
+        case epilogue::dgelu:
+          call.epilogue = CUBLASLT_EPILOGUE_DGELU;
+          call.aux = e.aux_in;
+          break;
+      }
+      if (e.kind != epilogue::dgelu) {
+        call.bias = e.bias;
+        call.bias_type = detail::cuda_data_type<W>;
+      }
+      cuda_scratch own;
+      const bool ran = detail::lt_matmul(call, exec.stream, [&](std::size_t bytes) {
+        return (exec.scratch ? *exec.scratch : own).get(bytes, exec.stream);
+      });
+      own.release(exec.stream);
+      return ran;
+    }
   }
 
   template <class F>

@@ -167,6 +167,13 @@ struct ops<host> {
     }
   }
 
+  // No fused GEMMs here: the layers run the steps one by one (ops.hpp).
+  template <class A, class B, class C, class W>
+  static bool gemm_fused(const exec_type&, transpose, transpose, std::int64_t, std::int64_t, std::int64_t, const A*,
+                         std::int64_t, const B*, std::int64_t, C*, std::int64_t, const gemm_epilogue<W, C>&) {
+    return false;
+  }
+
   // One GEMM after another: BLAS threads each one, and a matrix's bits are those of the
   // same GEMM alone.
   template <class A, class B, class C>

@@ -14,6 +14,22 @@ namespace strata {
 // Whether a GEMM operand is used as stored (row-major) or transposed.
 enum class transpose : bool { no = false, yes = true };
 
+// What a fused GEMM (ops::gemm_fused) applies to the product P = op(A) op(B) as it writes
+// C; GELU is its tanh form (nn::gelu_approximation::tanh).
+enum class epilogue : unsigned char {
+  bias,       // C = P + bias[j]
+  gelu_bias,  // aux_out = P + bias[j] (GELU's input, kept for backward), C = gelu(aux_out)
+  dgelu,      // C = P gelu'(aux_in): the gradient of GELU's input from its output's, P
+};
+// bias: [n] of the weight type W; aux_out and aux_in: [m, n] in C's layout.
+template <class W, class T>
+struct gemm_epilogue {
+  epilogue kind = epilogue::bias;
+  const W* bias = nullptr;
+  T* aux_out = nullptr;
+  const T* aux_in = nullptr;
+};
+
 // The first value of a checked array that is not an id in [0, limit) (a whole number in
 // range), and that value: index -1 when every value is one.
 struct id_check {
@@ -37,6 +53,10 @@ inline constexpr float ignore_label = -100.0f;
 //   gemm_strided_batched(exec, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b,
 //                        beta, c, ldc, stride_c, batch)
 //       the same for batch matrices q, each X_q = x + q stride_x.
+//   gemm_fused(exec, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, e) -> bool
+//       C[m, n] = e applied to op(A) op(B) in one kernel, and true, where the space has one
+//       for these types and this layout (cuBLASLt's epilogues on a GPU); else false with
+//       nothing written, and the caller runs the same steps one by one (the host always).
 //   map(exec, n, f)                    f(i) for i in [0, n), in any order.
 //   rows(exec, rows, cols, f)          f(row, r) for r in [0, rows); cols is the row's
 //                                      work, which decides on threads. See below.

@@ -45,9 +45,32 @@ void linear_forward(Ctx& ctx, const T* x, std::int64_t rows, std::int64_t in, co
                     const weight_of<Ctx>* b, T* y) {
   using ops = ops_of<Ctx>;
   const auto exec = exec_of(ctx);
-  // Broadcasting b into y and letting the GEMM add onto it (beta = 1) saves a pass.
+  // The bias in the GEMM's epilogue where the space fuses it (cuBLASLt); else broadcast
+  // into y and the GEMM adds onto it (beta = 1), which saves a pass over a separate add.
+  if (b && ops::gemm_fused(exec, transpose::no, transpose::yes, rows, out, in, x, in, w, in, y, out,
+                           gemm_epilogue<weight_of<Ctx>, T>{epilogue::bias, b}))
+    return;
   if (b) ops::broadcast_rows(exec, rows, out, b, y);
   ops::gemm(exec, transpose::no, transpose::yes, rows, out, in, 1.0f, x, in, w, in, b ? 1.0f : 0.0f, y, out);
+}
+
+// u[rows, out] = x[rows, in] W^T + b (GELU's input, kept) and g = gelu(u) in the tanh form,
+// one GEMM where the space fuses bias and GELU into it: true; else false, nothing done.
+template <class Ctx, class T>
+bool linear_gelu_forward(Ctx& ctx, const T* x, std::int64_t rows, std::int64_t in, const weight_of<Ctx>* w,
+                         std::int64_t out, const weight_of<Ctx>* b, T* u, T* g) {
+  return ops_of<Ctx>::gemm_fused(exec_of(ctx), transpose::no, transpose::yes, rows, out, in, x, in, w, in, g, out,
+                                 gemm_epilogue<weight_of<Ctx>, T>{epilogue::gelu_bias, b, u});
+}
+
+// dx[rows, in] = (dy W) gelu'(u), tanh form: the gradient of GELU's input u where GELU's
+// output fed this linear; one GEMM where the space fuses GELU's gradient: true; else
+// false, nothing done.
+template <class Ctx, class T>
+bool linear_input_grad_dgelu(Ctx& ctx, const T* dy, std::int64_t rows, std::int64_t out, const weight_of<Ctx>* w,
+                             std::int64_t in, const T* u, T* dx) {
+  return ops_of<Ctx>::gemm_fused(exec_of(ctx), transpose::no, transpose::no, rows, in, out, dy, out, w, in, dx, in,
+                                 gemm_epilogue<weight_of<Ctx>, T>{epilogue::dgelu, nullptr, nullptr, u});
 }
 
 // dx[rows, in] = dy[rows, out] W[out, in].

@@ -9,6 +9,7 @@
 #include "../../space/tensor.hpp"
 #include "../detail/checks.hpp"
 #include "../detail/linear_ops.hpp"
+#include "../gelu.hpp"
 #include "context.hpp"
 
 namespace strata::nn {
@@ -73,11 +74,8 @@ struct column_parallel_linear {
   void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y,
                cache<space_of<Ctx>, activation_of<Ctx>>& c) const {
     const bool dist = detail::tp_active(ctx, tp_size, kind, weight.name);
-    check_params();
     const std::int64_t in = in_features(), out_l = local_out_features();
-    detail::require_features(x, in, kind, weight.name, "weight");
-    detail::require_distinct(&x, &y, kind, weight.name);
-    const std::int64_t rows = detail::rows_of(x.shape());
+    const std::int64_t rows = checked_rows(x, y);
     const weight_of<Ctx>* w = weights_of<Ctx>(weight);
     const weight_of<Ctx>* b = has_bias() ? weights_of<Ctx>(bias) : nullptr;
     if (dist && gather_output) {
@@ -94,6 +92,30 @@ struct column_parallel_linear {
       detail::linear_forward(ctx, x.data(), rows, in, w, out_l, b, y.data());
     }
     c.x = &x;
+  }
+
+  // forward, then g = act(y) with y kept as act's input (ca points at it, as act.forward
+  // leaves it): GPT-2's fc1 and its GELU. Where the space fuses them (cuBLASLt's bias-GELU
+  // epilogue on a GPU: the tanh form, with a bias, the output not gathered) one GEMM
+  // writes y and g; else forward and act.forward, the same results up to GELU's rounding.
+  template <class Ctx>
+  void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y, cache<space_of<Ctx>, activation_of<Ctx>>& c,
+               const gelu& act, tensor_for<Ctx>& g, gelu::cache<space_of<Ctx>, activation_of<Ctx>>& ca) const {
+    const bool dist = detail::tp_active(ctx, tp_size, kind, weight.name);
+    if (has_bias() && !(dist && gather_output) && act.approximate == gelu_approximation::tanh) {
+      detail::require_distinct(&y, &g, "gelu", std::string());
+      const std::int64_t rows = checked_rows(x, y);
+      y.resize(detail::with_last(x.shape(), local_out_features()));
+      g.resize(y.shape());
+      if (detail::linear_gelu_forward(ctx, x.data(), rows, in_features(), weights_of<Ctx>(weight),
+                                      local_out_features(), weights_of<Ctx>(bias), y.data(), g.data())) {
+        c.x = &x;
+        ca.x = &y;
+        return;
+      }
+    }
+    forward(ctx, x, y, c);
+    act.forward(ctx, y, g, ca);
   }
 
   template <class Ctx>
@@ -139,6 +161,14 @@ struct column_parallel_linear {
         });
     detail::require_bound(weight, kind, weight.name, "weight");
     detail::require_bound(bias, kind, weight.name, "bias");
+  }
+  // The params, x's features and y apart from x checked: x's rows.
+  template <class T, class Space>
+  std::int64_t checked_rows(const tensor<T, Space>& x, const tensor<T, Space>& y) const {
+    check_params();
+    detail::require_features(x, in_features(), kind, weight.name, "weight");
+    detail::require_distinct(&x, &y, kind, weight.name);
+    return detail::rows_of(x.shape());
   }
 };
 

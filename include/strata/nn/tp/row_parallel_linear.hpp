@@ -8,6 +8,7 @@
 #include "../../space/tensor.hpp"
 #include "../detail/checks.hpp"
 #include "../detail/linear_ops.hpp"
+#include "../gelu.hpp"
 #include "context.hpp"
 
 namespace strata::nn {
@@ -59,6 +60,32 @@ struct row_parallel_linear {
   // the same full bias gradient on every rank.
   template <class Ctx>
   void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>, activation_of<Ctx>>& c) {
+    backward_through(ctx, dy, dx, c, nullptr, nullptr);
+  }
+
+  // backward with dx carried on through the GELU whose output was this layer's input:
+  // dx = gelu'(u) (dy W_r), the gradient of GELU's input u (ca, as act.forward left it).
+  // GPT-2's fc2 and the GELU before it. Where the space fuses GELU's gradient into the
+  // GEMM (cuBLASLt on a GPU, the tanh form) that is one GEMM; else dy W_r and
+  // act.backward_at in place, the bits of backward then act.backward.
+  template <class Ctx>
+  void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>, activation_of<Ctx>>& c,
+                const gelu& act, const gelu::cache<space_of<Ctx>, activation_of<Ctx>>& ca) {
+    expects<config_error>(ca.x != nullptr, [&] {
+      return strata::cat(detail::label(kind, weight.name),
+                         " backward through gelu: gelu's cache was filled by no forward (run gelu's forward on this "
+                         "layer's input first)");
+    });
+    backward_through(ctx, dy, dx, c, &act, ca.x);
+  }
+
+ private:
+  static constexpr const char* kind = "row_parallel_linear";
+
+  // backward, through act at u where act is given.
+  template <class Ctx>
+  void backward_through(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx,
+                        cache<space_of<Ctx>, activation_of<Ctx>>& c, const gelu* act, const tensor_for<Ctx>* u) {
     (void)detail::tp_active(ctx, tp_size, kind, weight.name);
     detail::require_forward_ran(c.x, kind, weight.name);
     check_params();
@@ -70,13 +97,22 @@ struct row_parallel_linear {
     detail::require_distinct(&dy, &dx, kind, weight.name);
     const std::int64_t rows = detail::rows_of(x.shape());
     dx.resize(x.shape());
-    detail::linear_input_grad(ctx, dy.data(), rows, out, weights_of<Ctx>(weight), in_l, dx.data());
+    if (act) {
+      expects<config_error>(u->shape() == x.shape(), [&] {
+        return strata::cat(detail::label(kind, weight.name), " backward through gelu: gelu's input has shape ",
+                           u->shape(), ", this layer's input ", x.shape(), "; they must match");
+      });
+    }
+    const bool fused = act && act->approximate == gelu_approximation::tanh &&
+                       detail::linear_input_grad_dgelu(ctx, dy.data(), rows, out, weights_of<Ctx>(weight), in_l,
+                                                       u->data(), dx.data());
+    if (!fused) {
+      detail::linear_input_grad(ctx, dy.data(), rows, out, weights_of<Ctx>(weight), in_l, dx.data());
+      if (act) act->backward_at(ctx, *u, dx);
+    }
     detail::linear_param_grads(ctx, dy.data(), x.data(), rows, out, in_l, weight.grad(),
                                has_bias() ? bias.grad() : nullptr);
   }
-
- private:
-  static constexpr const char* kind = "row_parallel_linear";
   void check_params() const {
     expects<config_error>(
         weight.shape.rank == 2 && (!has_bias() || bias.numel() == static_cast<std::size_t>(weight.shape[0])), [&] {
