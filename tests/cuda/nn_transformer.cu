@@ -382,96 +382,123 @@ TEST_CASE("column_ and row_parallel_linear at tp = 1 match the host") {
   }
 }
 
-// cuBLASLt's epilogues (ops::gemm_fused): fc1's bias and GELU in its GEMM, and fc2's
-// backward carried through GELU's gradient in its input-gradient GEMM, against the host's
-// layers one by one, in fp32 (no TF32). One GEMM each: the single-GEMM tolerance, 1e-5
-// normwise, which also pins GELU's form (erf's GELU is up to 2e-4 from the tanh form's
-// at |u| near 2, normwise some 1e-4 here). The counts show the fused kernels ran (a
-// Hopper GPU has them for these types); turned off, the same calls run unfused, and
-// fused twice gives the same bits. The bias gradients are the column sums in double
-// either way: the host's bits.
-TEST_CASE("cuBLASLt epilogues: bias and GELU in fc1's GEMM, GELU's gradient in fc2's, match the host") {
+// cuBLASLt's epilogues (ops::gemm_fused): GPT-2's fc1 with its bias and GELU, fc2 with
+// its bias and its backward through GELU's gradient. In fp32 only the biases are fused
+// (cuBLASLt's fp32 GELU uses the GPU's approximate tanh): one GEMM each against the
+// host's layers, the single-GEMM tolerance. In bf16 all three are, against the same
+// calls unfused on the device (STRATA_GEMM_EPILOGUES's switch): fused, GELU reads the
+// fp32 pre-activation instead of its bf16 copy and GELU's gradient multiplies the fp32
+// product, so the two differ by a bf16 rounding or two (2^-8 relative each): normwise
+// 2e-2, where a lost bias or GELU is wrong by O(1). Fused twice gives the same bits; the
+// bias gradients are the column sums in double, the same bits either way; the counts
+// show which calls ran fused (a Hopper GPU has these kernels).
+TEST_CASE("cuBLASLt epilogues: bias and GELU in fc1's GEMM, GELU's gradient in fc2's") {
   namespace d = strata::detail;
-  std::mt19937 rng(60);
-  const std::int64_t D = 64, H = 256, B = 3, S = 5;
-  sp::column_parallel_linear h1 = sp::make_column_parallel_linear(D, H, 0, 1), d1 = h1;
-  sp::row_parallel_linear h2 = sp::make_row_parallel_linear(H, D, 0, 1), d2 = h2;
-  param_pair_store store;
-  store.bind_all(h1, d1, rng, 0.5f, true);
-  store.bind_all(h2, d2, rng, 0.2f, true);
-  const nn::gelu act{nn::gelu_approximation::tanh};
-  const auto x = random_values(B * S * D, rng, -1.0f, 1.0f), dy = random_values(B * S * D, rng);
-  struct on_host {
-    host_tensor x, u, g, y, dy, du;
-    sp::column_parallel_linear::cache<strata::host> c1;
-    sp::row_parallel_linear::cache<strata::host> c2;
-    nn::gelu::cache<strata::host> ca;
-  } h;
-  host_ctx hctx;
-  h.x = host_of({B, S, D}, x);
-  h.dy = host_of({B, S, D}, dy);
-  h1.forward(hctx, h.x, h.u, h.c1, act, h.g, h.ca);
-  h2.forward(hctx, h.g, h.y, h.c2);
-  h2.backward(hctx, h.dy, h.du, h.c2, act, h.ca);
-
-  device_env denv;
-  const device_tensor dx_in = device_of({B, S, D}, x), ddy = device_of({B, S, D}, dy);
-  // One device pass from the starting gradients; what it made, and the fused count.
-  struct pass {
-    std::vector<float> u, g, du, w2_grad, b2_grad;
-    std::uint64_t fused = 0;
-  };
-  const auto grads0 = [&] {
-    std::vector<std::vector<float>> g;
-    for (auto* p : {&d1.weight, &d1.bias, &d2.weight, &d2.bias}) g.push_back(grads_of(*p));
-    return g;
-  }();
-  const auto run = [&] {
-    std::size_t k = 0;
-    for (auto* p : {&d1.weight, &d1.bias, &d2.weight, &d2.bias})
-      strata::cuda::copy(p->grad(), grads0[k++].data(), p->numel() * sizeof(float));
-    device_tensor u, g, y, du;
-    sp::column_parallel_linear::cache<strata::cuda> c1;
-    sp::row_parallel_linear::cache<strata::cuda> c2;
-    nn::gelu::cache<strata::cuda> ca;
-    const auto before = d::gemm_fused_counts().fused.load();
-    d1.forward(denv.ctx, dx_in, u, c1, act, g, ca);
-    d2.forward(denv.ctx, g, y, c2);
-    d2.backward(denv.ctx, ddy, du, c2, act, ca);
-    denv.synchronize();
-    return pass{read(u),
-                read(g),
-                read(du),
-                grads_of(d2.weight),
-                grads_of(d2.bias),
-                d::gemm_fused_counts().fused.load() - before};
-  };
-  const pass fused = run();
-  // fc1's bias and GELU, fc2's bias, fc2's GELU gradient; fc1's backward is not called.
-  CHECK(fused.fused == 3);
-  check_normwise(fused.u, values_of(h.u), 1e-5, "epilogue: fc1 u (bias)");
-  check_normwise(fused.g, values_of(h.g), 1e-5, "epilogue: fc1 g (tanh GELU)");
-  check_normwise(fused.du, values_of(h.du), 1e-5, "epilogue: fc2 dx through GELU");
-  check_normwise(fused.w2_grad, host_grads(h2.weight), 1e-5, "epilogue: fc2 weight.grad");
-  CHECK(same_bits(fused.b2_grad, host_grads(h2.bias)));
-  const pass again = run();
-  CHECK(same_bits(again.u, fused.u));
-  CHECK(same_bits(again.g, fused.g));
-  CHECK(same_bits(again.du, fused.du));
-  CHECK(same_bits(again.w2_grad, fused.w2_grad));
-
   auto& on = d::gemm_epilogues_enabled();
-  const bool was = on.exchange(false);
   struct restore {
     std::atomic<bool>& flag;
     bool value;
     ~restore() { flag = value; }
-  } guard{on, was};
-  const pass unfused = run();
-  CHECK(unfused.fused == 0);
-  check_normwise(unfused.g, fused.g, 1e-5, "epilogue: unfused g vs fused");
-  check_normwise(unfused.du, fused.du, 1e-5, "epilogue: unfused dx vs fused");
-  CHECK(same_bits(unfused.b2_grad, fused.b2_grad));
+  } guard{on, on.exchange(true)};
+  std::mt19937 rng(60);
+  const std::int64_t D = 64, H = 256, B = 3, S = 5;
+  const shape in_shape{B, S, D};
+  const auto x = random_values(B * S * D, rng, -1.0f, 1.0f), dy = random_values(B * S * D, rng);
+  const nn::gelu act{nn::gelu_approximation::tanh};
+  device_env denv;
+  // What one pass made, and how many GEMMs ran fused.
+  struct pass {
+    std::vector<float> u, g, du, w2_grad, b2_grad;
+    std::uint64_t fused = 0;
+  };
+  // fc1 forward with GELU, fc2 forward, fc2 backward through GELU, from zero gradients.
+  const auto run = [&](auto& ctx, auto& fc1, auto& fc2, const auto& xin, const auto& dyin, auto to_float) {
+    using Ctx = std::remove_reference_t<decltype(ctx)>;
+    using space = strata::space_of<Ctx>;
+    using act_t = strata::activation_of<Ctx>;
+    for (auto* p : {&fc2.weight, &fc2.bias}) strata::cuda::zero(p->grad(), p->numel() * sizeof(float));
+    strata::tensor<act_t, space> u, g, y, du;
+    typename sp::column_parallel_linear::template cache<space, act_t> c1;
+    typename sp::row_parallel_linear::template cache<space, act_t> c2;
+    nn::gelu::cache<space, act_t> ca;
+    const auto before = d::gemm_fused_counts().fused.load();
+    fc1.forward(ctx, xin, u, c1, act, g, ca);
+    fc2.forward(ctx, g, y, c2);
+    fc2.backward(ctx, dyin, du, c2, act, ca);
+    denv.synchronize();
+    return pass{to_float(read(u)),        to_float(read(g)),    to_float(read(du)),
+                grads_of(fc2.weight),     grads_of(fc2.bias),   d::gemm_fused_counts().fused.load() - before};
+  };
+  const auto same = [](const std::vector<float>& v) { return v; };
+
+  SECTION("fp32: the biases in the epilogue, the host's numbers") {
+    sp::column_parallel_linear h1 = sp::make_column_parallel_linear(D, H, 0, 1), d1 = h1;
+    sp::row_parallel_linear h2 = sp::make_row_parallel_linear(H, D, 0, 1), d2 = h2;
+    param_pair_store store;
+    store.bind_all(h1, d1, rng, 0.5f, false);
+    store.bind_all(h2, d2, rng, 0.2f, false);
+    host_ctx hctx;
+    host_tensor hx = host_of(in_shape, x), hdy = host_of(in_shape, dy), hu, hg, hy, hdu;
+    sp::column_parallel_linear::cache<strata::host> c1;
+    sp::row_parallel_linear::cache<strata::host> c2;
+    nn::gelu::cache<strata::host> ca;
+    h1.forward(hctx, hx, hu, c1, act, hg, ca);
+    h2.forward(hctx, hg, hy, c2);
+    h2.backward(hctx, hdy, hdu, c2, act, ca);
+    const device_tensor dx_in = device_of(in_shape, x), ddy = device_of(in_shape, dy);
+    const pass p = run(denv.ctx, d1, d2, dx_in, ddy, same);
+    CHECK(p.fused == 2);  // fc1's and fc2's biases; GELU and its gradient by strata's kernels
+    check_normwise(p.u, values_of(hu), 1e-5, "fp32 epilogue: fc1 u (bias)");
+    // GELU's kernel is within a few roundings of the host's: the GEMM's tolerance.
+    check_normwise(p.g, values_of(hg), 1e-5, "fp32 epilogue: fc1 g");
+    check_normwise(p.du, values_of(hdu), 1e-5, "fp32 epilogue: fc2 dx through GELU");
+    check_normwise(p.w2_grad, host_grads(h2.weight), 1e-5, "fp32 epilogue: fc2 weight.grad");
+    CHECK(same_bits(p.b2_grad, host_grads(h2.bias)));
+  }
+
+  SECTION("bf16: bias, GELU and GELU's gradient in the epilogues, the unfused calls' numbers") {
+    using bf16 = strata::bf16;
+    sp::column_parallel_linear d1 = sp::make_column_parallel_linear(D, H, 0, 1);
+    sp::row_parallel_linear d2 = sp::make_row_parallel_linear(H, D, 0, 1);
+    // The compute params in bf16, as a mixed trainer binds them; float gradients.
+    std::deque<strata::cuda_buffer<bf16>> weights;
+    std::deque<strata::cuda_buffer<float>> grads;
+    for (auto [p, scale] : {std::pair{&d1.weight, 0.5f}, std::pair{&d1.bias, 0.5f}, std::pair{&d2.weight, 0.2f},
+                            std::pair{&d2.bias, 0.2f}}) {
+      const auto v = random_values(p->numel(), rng, -scale, scale);
+      std::vector<bf16> w(v.begin(), v.end());
+      auto& stored = weights.emplace_back(w.size());
+      strata::cuda::copy(stored.data(), w.data(), stored.bytes());
+      p->data_ptr = reinterpret_cast<float*>(stored.data());
+      p->grad_ptr = grads.emplace_back(w.size()).data();
+    }
+    const auto to16 = [](const shape& s, const std::vector<float>& v) {
+      std::vector<bf16> h(v.begin(), v.end());
+      strata::tensor<bf16, strata::cuda> t(s);
+      strata::cuda::copy(t.data(), h.data(), h.size() * sizeof(bf16));
+      return t;
+    };
+    const auto to_float = [](const std::vector<bf16>& v) { return std::vector<float>(v.begin(), v.end()); };
+    const auto x16 = to16(in_shape, x), dy16 = to16(in_shape, dy);
+    device_ctx16 ctx;
+    ctx.set_exec(denv.exec.get());
+    ctx.set_tp(&denv.tp);
+    const pass fused = run(ctx, d1, d2, x16, dy16, to_float);
+    CHECK(fused.fused == 3);  // fc1's bias and GELU, fc2's bias, fc2's GELU gradient
+    const pass again = run(ctx, d1, d2, x16, dy16, to_float);
+    CHECK(same_bits(again.u, fused.u));
+    CHECK(same_bits(again.g, fused.g));
+    CHECK(same_bits(again.du, fused.du));
+    CHECK(same_bits(again.w2_grad, fused.w2_grad));
+    on = false;
+    const pass unfused = run(ctx, d1, d2, x16, dy16, to_float);
+    CHECK(unfused.fused == 0);
+    check_normwise(fused.u, unfused.u, 2e-2, "bf16 epilogue: fc1 u (bias), fused vs not");
+    check_normwise(fused.g, unfused.g, 2e-2, "bf16 epilogue: fc1 g (GELU), fused vs not");
+    check_normwise(fused.du, unfused.du, 2e-2, "bf16 epilogue: fc2 dx through GELU, fused vs not");
+    check_normwise(fused.w2_grad, unfused.w2_grad, 2e-2, "bf16 epilogue: fc2 weight.grad, fused vs not");
+    CHECK(same_bits(fused.b2_grad, unfused.b2_grad));
+  }
 }
 
 TEST_CASE("tensor-parallel block moves and the row-parallel bias give the host's bits") {

@@ -374,8 +374,11 @@ struct ops<cuda> {
 
   // One cuBLASLt matmul with the epilogue (detail/cublaslt_matmul.hpp), on operands read
   // where they are: all of one 16-bit type, or all float with fp32 GEMMs (no TF32), as
-  // gemm multiplies them. GELU's auxiliary matrix needs a leading dimension divisible by 8
-  // (cuBLASLt's rule). Anything else, or a call cuBLASLt has no kernel for: false.
+  // gemm multiplies them. In fp32 only the bias: cuBLASLt's fp32 GELU takes the GPU's
+  // approximate tanh (some 1e-4 relative), which would move an fp32 run off the host's
+  // numbers, where in 16 bits it is far below one rounding (2^-9). GELU's auxiliary
+  // matrix needs a leading dimension divisible by 8 (cuBLASLt's rule). Anything else, or
+  // a call cuBLASLt has no kernel for: false.
   template <class A, class B, class C, class W>
   static bool gemm_fused(const exec_type& exec, transpose ta, transpose tb, std::int64_t m, std::int64_t n,
                          std::int64_t k, const A* a, std::int64_t lda, const B* b, std::int64_t ldb, C* c,
@@ -384,8 +387,11 @@ struct ops<cuda> {
     if constexpr (!half && !all_float<A, B, C>) {
       return false;
     } else {
-      if (!half && exec.gemm != gemm_operands::fp32) return false;
+      if (!half && (exec.gemm != gemm_operands::fp32 || e.kind != epilogue::bias)) return false;
       if (m == 0 || n == 0 || k == 0 || (e.kind != epilogue::bias && ldc % 8 != 0)) return false;
+      expects(e.kind == epilogue::dgelu ? e.aux_in != nullptr
+                                        : e.bias != nullptr && (e.kind == epilogue::bias || e.aux_out != nullptr),
+              "gemm_fused: the epilogue lacks its bias or its auxiliary matrix");
       detail::require_int_extents(m, n, k, lda, ldb, ldc);
       // Column-major, as in gemm: C^T = op(B)^T op(A)^T, so A and B (and m and n) swap, and
       // a bias over C's columns is one over the rows of cuBLAS's D.
@@ -419,12 +425,7 @@ struct ops<cuda> {
         call.bias = e.bias;
         call.bias_type = detail::cuda_data_type<W>;
       }
-      cuda_scratch own;
-      const bool ran = detail::lt_matmul(call, exec.stream, [&](std::size_t bytes) {
-        return (exec.scratch ? *exec.scratch : own).get(bytes, exec.stream);
-      });
-      own.release(exec.stream);
-      return ran;
+      return detail::lt_matmul(call, exec.stream);
     }
   }
 

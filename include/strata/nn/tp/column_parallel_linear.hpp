@@ -96,14 +96,16 @@ struct column_parallel_linear {
 
   // forward, then g = act(y) with y kept as act's input (ca points at it, as act.forward
   // leaves it): GPT-2's fc1 and its GELU. Where the space fuses them (cuBLASLt's bias-GELU
-  // epilogue on a GPU: the tanh form, with a bias, the output not gathered) one GEMM
-  // writes y and g; else forward and act.forward, the same results up to GELU's rounding.
+  // epilogue on a GPU: 16-bit activations, the tanh form, a bias, the output not
+  // gathered) one GEMM writes y and g; else forward and act.forward, the same results up
+  // to where GELU's input is rounded.
   template <class Ctx>
   void forward(Ctx& ctx, const tensor_for<Ctx>& x, tensor_for<Ctx>& y, cache<space_of<Ctx>, activation_of<Ctx>>& c,
                const gelu& act, tensor_for<Ctx>& g, gelu::cache<space_of<Ctx>, activation_of<Ctx>>& ca) const {
     const bool dist = detail::tp_active(ctx, tp_size, kind, weight.name);
     if (has_bias() && !(dist && gather_output) && act.approximate == gelu_approximation::tanh) {
       detail::require_distinct(&y, &g, "gelu", std::string());
+      detail::require_distinct(&x, &g, kind, weight.name);
       const std::int64_t rows = checked_rows(x, y);
       y.resize(detail::with_last(x.shape(), local_out_features()));
       g.resize(y.shape());

@@ -66,8 +66,8 @@ struct row_parallel_linear {
   // backward with dx carried on through the GELU whose output was this layer's input:
   // dx = gelu'(u) (dy W_r), the gradient of GELU's input u (ca, as act.forward left it).
   // GPT-2's fc2 and the GELU before it. Where the space fuses GELU's gradient into the
-  // GEMM (cuBLASLt on a GPU, the tanh form) that is one GEMM; else dy W_r and
-  // act.backward_at in place, the bits of backward then act.backward.
+  // GEMM (cuBLASLt on a GPU: 16-bit activations, the tanh form) that is one GEMM; else
+  // dy W_r and act.backward_at in place, the bits of backward then act.backward.
   template <class Ctx>
   void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>, activation_of<Ctx>>& c,
                 const gelu& act, const gelu::cache<space_of<Ctx>, activation_of<Ctx>>& ca) {
@@ -102,6 +102,8 @@ struct row_parallel_linear {
         return strata::cat(detail::label(kind, weight.name), " backward through gelu: gelu's input has shape ",
                            u->shape(), ", this layer's input ", x.shape(), "; they must match");
       });
+      // dx is written where u is still read.
+      detail::require_distinct(u, &dx, kind, weight.name);
     }
     const bool fused = act && act->approximate == gelu_approximation::tanh &&
                        detail::linear_input_grad_dgelu(ctx, dy.data(), rows, out, weights_of<Ctx>(weight), in_l,

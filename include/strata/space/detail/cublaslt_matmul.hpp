@@ -1,8 +1,8 @@
 // One cuBLASLt matmul with an epilogue (bias, GELU, GELU's gradient) on a stream: what
 // ops<cuda>::gemm_fused runs. cuBLASLt's heuristic is asked once per shape, types,
 // epilogue and pointer alignments (a host call of tens of microseconds: too dear for
-// every GEMM of every step) and its answer kept, a refusal too: the caller then runs the
-// unfused steps, and the counts below say which way each call went.
+// every GEMM of every step) and its answer kept, a refusal too (stderr says so once): the
+// caller then runs the unfused steps, and the counts below say which way each call went.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -41,9 +42,8 @@ struct lt_matmul_call {
   const void* aux = nullptr;  // [m, n] at ldc: written by GELU_AUX_BIAS, read by DGELU
 };
 
-// Workspace a fused GEMM may use (split-K partial sums): the size cuBLAS itself takes on
-// Hopper, once, from the executor's scratch.
-inline constexpr std::size_t lt_workspace_bytes = std::size_t{32} << 20;
+// No workspace: the fused GEMMs are the wide ones (tokens x features), where splitting
+// the sums buys nothing, and a workspace would be device memory outside the plan.
 
 // How many fused GEMMs ran, and how many calls were declined (no kernel for them, or
 // fusing turned off) and left to the caller's unfused steps.
@@ -91,14 +91,15 @@ class lt_descriptors {
     attr(CUBLASLT_MATMUL_DESC_TRANSA, static_cast<std::int32_t>(k.op_a));
     attr(CUBLASLT_MATMUL_DESC_TRANSB, static_cast<std::int32_t>(k.op_b));
     attr(CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<std::uint32_t>(k.epilogue));
+    // The bias and the auxiliary matrix are of C's type unless told otherwise; a type is
+    // set only where it differs (a setting cuBLASLt may refuse for some types).
     if (k.bias) {
       attr(CUBLASLT_MATMUL_DESC_BIAS_POINTER, k.bias);
-      attr(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<std::int32_t>(k.bias_type));
+      if (k.bias_type != k.c_type) attr(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<std::int32_t>(k.bias_type));
     }
     if (k.aux) {
       attr(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, k.aux);
       attr(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, k.ldc);
-      attr(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, static_cast<std::int32_t>(k.c_type));
     }
     const bool ta = k.op_a != CUBLAS_OP_N, tb = k.op_b != CUBLAS_OP_N;
     layout(&a_, k.ab_type, ta ? k.k : k.m, ta ? k.m : k.k, k.lda);
@@ -140,14 +141,25 @@ class lt_descriptors {
 struct lt_plan {
   bool usable = false;
   cublasLtMatmulAlgo_t algo{};
-  std::size_t workspace = 0;
 };
 
-// The largest power of two (up to 256) that divides a pointer: cuBLASLt's kernels
-// depend on the operands' alignment, so it is part of what a plan is for.
+// Once per kind of call (the caller runs unfused from then on): which GEMM lost its fusion.
+inline void say_declined(const lt_matmul_call& k, const char* why) {
+  std::fprintf(stderr,
+               "strata: cuBLASLt declined a fused GEMM (epilogue %u, m %lld, n %lld, k %lld, types %d/%d): %s; it "
+               "runs unfused\n",
+               static_cast<unsigned>(k.epilogue), static_cast<long long>(k.m), static_cast<long long>(k.n),
+               static_cast<long long>(k.k), static_cast<int>(k.ab_type), static_cast<int>(k.c_type), why);
+}
+
+// The largest power of two that divides a pointer, up to 16 bytes: cuBLASLt's kernels
+// depend on the operands' alignment, so it is part of what a plan is for. Capped at 16
+// (what Hopper's TMA loads need, and what every param and activation has), so that a
+// param's place in a flat buffer, which differs between ZeRO stages, cannot change the
+// kernel and with it the bits.
 inline std::int64_t lt_alignment(const void* p) {
   const auto v = reinterpret_cast<std::uintptr_t>(p);
-  return v ? static_cast<std::int64_t>(std::min<std::uintptr_t>(v & (~v + 1), 256)) : 0;
+  return v ? static_cast<std::int64_t>(std::min<std::uintptr_t>(v & (~v + 1), 16)) : 0;
 }
 
 class lt_plans {
@@ -174,36 +186,47 @@ class lt_plans {
             lt_alignment(k.aux)};
   }
   // The plan for k (asked of the heuristic the first time).
-  lt_plan get(const lt_matmul_call& k, const lt_descriptors& d) {
+  lt_plan get(const lt_matmul_call& k) {
     int device = 0;
     STRATA_CHECK_CUDA(cudaGetDevice(&device));
     const key id = key_of(device, k);
     const std::lock_guard lock(mu_);
     if (const auto it = plans_.find(id); it != plans_.end()) return it->second;
-    return plans_[id] = ask(k, d);
+    return plans_[id] = ask(k);
   }
   // A call the plan's kernel refused after all: declined from now on.
-  void decline(const lt_matmul_call& k) {
+  void decline(const lt_matmul_call& k, cublasStatus_t status) {
     int device = 0;
     STRATA_CHECK_CUDA(cudaGetDevice(&device));
     const std::lock_guard lock(mu_);
     plans_[key_of(device, k)] = lt_plan{};
+    say_declined(k, cublasGetStatusName(status));
   }
 
  private:
-  static lt_plan ask(const lt_matmul_call& k, const lt_descriptors& d) {
+  // The heuristic reads the bias and auxiliary pointers' alignment from their values: it
+  // is shown stand-ins aligned exactly as the key says, so that its answer is the key's.
+  static const void* stand_in(const void* p) {
+    return p ? reinterpret_cast<const void*>((std::uintptr_t{1} << 20) | static_cast<std::uintptr_t>(lt_alignment(p)))
+             : nullptr;
+  }
+  static lt_plan ask(const lt_matmul_call& call) {
+    lt_matmul_call k = call;
+    k.bias = stand_in(call.bias);
+    k.aux = stand_in(call.aux);
+    const lt_descriptors d(k);
     lt_plan plan;
     if (d.status() != CUBLAS_STATUS_SUCCESS) return plan;
     cublasLtMatmulPreference_t pref = nullptr;
     if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return plan;
-    const std::uint64_t workspace = lt_workspace_bytes;
-    // Split-K partial sums in fp32 only, never rounded to a 16-bit output between
-    // partial sums (cublas_math_mode's rule for the plain GEMMs).
+    const std::uint64_t workspace = 0;
+    // Partial sums, if a kernel splits its sums at all, in fp32 only, never rounded to a
+    // 16-bit output in between (cublas_math_mode's rule for the plain GEMMs).
     const std::uint32_t schemes =
         CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
         (k.c_type == CUDA_R_32F ? CUBLASLT_REDUCTION_SCHEME_INPLACE | CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE : 0u);
     // The heuristic sees layouts, not pointers: it is told how the operands are aligned
-    // (by default it assumes 256 bytes, which an offset into a flat buffer may not be).
+    // (by default it assumes 256 bytes, which a param in a flat buffer may not be).
     const auto aligned = [](const void* p) { return static_cast<std::uint32_t>(lt_alignment(p)); };
     const std::uint32_t align_a = aligned(k.a), align_b = aligned(k.b), align_c = aligned(k.c);
     const auto pref_set = [&](cublasLtMatmulPreferenceAttributes_t a, const auto& v) {
@@ -222,9 +245,9 @@ class lt_plans {
         found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
       plan.usable = true;
       plan.algo = result.algo;
-      plan.workspace = result.workspaceSize;
     }
     (void)cublasLtMatmulPreferenceDestroy(pref);
+    if (!plan.usable) say_declined(call, "its heuristic has no kernel for it");
     return plan;
   }
   std::mutex mu_;
@@ -235,29 +258,27 @@ inline lt_plans& lt_plan_cache() {
   return p;
 }
 
-// Runs k on stream s (workspace(bytes) gives the workspace) and returns true, or returns
-// false with nothing queued: fusing is off, or cuBLASLt has no kernel for k. Any other
-// failure throws.
-template <class Workspace>
-bool lt_matmul(const lt_matmul_call& k, cudaStream_t s, Workspace&& workspace) {
+// Runs k on stream s and returns true, or returns false with nothing queued: fusing is
+// off, or cuBLASLt has no kernel for k. Any other failure throws.
+inline bool lt_matmul(const lt_matmul_call& k, cudaStream_t s) {
   auto& counts = gemm_fused_counts();
   if (!gemm_epilogues_enabled()) {
     ++counts.declined;
     return false;
   }
-  const lt_descriptors d(k);
-  const lt_plan plan = lt_plan_cache().get(k, d);
+  const lt_plan plan = lt_plan_cache().get(k);
   if (!plan.usable) {
     ++counts.declined;
     return false;
   }
-  void* ws = plan.workspace ? workspace(plan.workspace) : nullptr;
+  const lt_descriptors d(k);
+  STRATA_CHECK_CUBLAS(d.status());
   const float alpha = 1.0f, beta = 0.0f;
   const cublasStatus_t st = cublasLtMatmul(lt_handle(), d.op(), &alpha, k.a, d.a(), k.b, d.b(), &beta, k.c, d.c(), k.c,
-                                           d.c(), &plan.algo, ws, plan.workspace, s);
+                                           d.c(), &plan.algo, nullptr, 0, s);
   // cuBLASLt checks a call before it launches anything: a refusal here leaves C untouched.
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
-    lt_plan_cache().decline(k);
+    lt_plan_cache().decline(k, st);
     ++counts.declined;
     return false;
   }
