@@ -3,9 +3,10 @@
 // same data: layer_norm, rms_norm, embedding, position_embedding, causal self-attention,
 // grouped-query attention with rotary embedding, the SwiGLU MLP, the tensor-parallel
 // layers at tp = 1 (context with an nccl_comm of size 1) and their block moves, forward
-// and backward; bad ids and targets give the host's errors; the whole gpt example model
-// and Qwen2 through the trainer's layer table; the same bits run to run; both models with
-// bf16 weights and tensor-core GEMMs (a mixed trainer's) against the host in fp32.
+// and backward; cuBLASLt's bias and GELU epilogues (GPT-2's MLP) fused and not; bad ids
+// and targets give the host's errors; the whole gpt example model and Qwen2 through the
+// trainer's layer table; the same bits run to run; both models with bf16 weights and
+// tensor-core GEMMs (a mixed trainer's) against the host in fp32.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
