@@ -427,8 +427,8 @@ TEST_CASE("cuBLASLt epilogues: bias and GELU in fc1's GEMM, GELU's gradient in f
     fc2.forward(ctx, g, y, c2);
     fc2.backward(ctx, dyin, du, c2, act, ca);
     denv.synchronize();
-    return pass{to_float(read(u)),        to_float(read(g)),    to_float(read(du)),
-                grads_of(fc2.weight),     grads_of(fc2.bias),   d::gemm_fused_counts().fused.load() - before};
+    return pass{to_float(read(u)),    to_float(read(g)),  to_float(read(du)),
+                grads_of(fc2.weight), grads_of(fc2.bias), d::gemm_fused_counts().fused.load() - before};
   };
   const auto same = [](const std::vector<float>& v) { return v; };
 

@@ -409,9 +409,7 @@ struct ops<cuda> {
       call.c = c;
       call.ldc = detail::cublas_ld(ldc);
       switch (e.kind) {
-        case epilogue::bias:
-          call.epilogue = CUBLASLT_EPILOGUE_BIAS;
-          break;
+        case epilogue::bias: call.epilogue = CUBLASLT_EPILOGUE_BIAS; break;
         case epilogue::gelu_bias:
           call.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
           call.aux = e.aux_out;

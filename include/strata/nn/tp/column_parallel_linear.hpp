@@ -109,8 +109,8 @@ struct column_parallel_linear {
       const std::int64_t rows = checked_rows(x, y);
       y.resize(detail::with_last(x.shape(), local_out_features()));
       g.resize(y.shape());
-      if (detail::linear_gelu_forward(ctx, x.data(), rows, in_features(), weights_of<Ctx>(weight),
-                                      local_out_features(), weights_of<Ctx>(bias), y.data(), g.data())) {
+      if (detail::linear_gelu_forward(ctx, x.data(), rows, in_features(), weights_of<Ctx>(weight), local_out_features(),
+                                      weights_of<Ctx>(bias), y.data(), g.data())) {
         c.x = &x;
         ca.x = &y;
         return;

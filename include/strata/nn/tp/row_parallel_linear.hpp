@@ -105,9 +105,9 @@ struct row_parallel_linear {
       // dx is written where u is still read.
       detail::require_distinct(u, &dx, kind, weight.name);
     }
-    const bool fused = act && act->approximate == gelu_approximation::tanh &&
-                       detail::linear_input_grad_dgelu(ctx, dy.data(), rows, out, weights_of<Ctx>(weight), in_l,
-                                                       u->data(), dx.data());
+    const bool fused =
+        act && act->approximate == gelu_approximation::tanh &&
+        detail::linear_input_grad_dgelu(ctx, dy.data(), rows, out, weights_of<Ctx>(weight), in_l, u->data(), dx.data());
     if (!fused) {
       detail::linear_input_grad(ctx, dy.data(), rows, out, weights_of<Ctx>(weight), in_l, dx.data());
       if (act) act->backward_at(ctx, *u, dx);

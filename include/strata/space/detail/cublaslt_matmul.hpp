@@ -127,8 +127,7 @@ class lt_descriptors {
   void attr(cublasLtMatmulDescAttributes_t a, const V& v) {
     if (op_) set(cublasLtMatmulDescSetAttribute(op_, a, &v, sizeof v));
   }
-  void layout(cublasLtMatrixLayout_t* l, cudaDataType_t type, std::int64_t rows, std::int64_t cols,
-              std::int64_t ld) {
+  void layout(cublasLtMatrixLayout_t* l, cudaDataType_t type, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
     if (status_ == CUBLAS_STATUS_SUCCESS)
       set(cublasLtMatrixLayoutCreate(l, type, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols), ld));
   }
