@@ -9,7 +9,7 @@ out=$(STRATA_REQUIRE_GPU=1 "$bin" 2>&1)
 rc=$?
 if [ $rc -eq 0 ]; then echo "a GPU is present: nothing to check here"; exit 77; fi
 if [ $rc -eq 77 ]; then echo "FAILED: skipped although STRATA_REQUIRE_GPU=1: $out"; exit 1; fi
-echo "$out" | grep -q "STRATA_REQUIRE_GPU=1 says this machine must have one" || { echo "FAILED (exit $rc): $out"; exit 1; }
+grep -q "STRATA_REQUIRE_GPU=1 says this machine must have one" <<<"$out" || { echo "FAILED (exit $rc): $out"; exit 1; }
 STRATA_REQUIRE_GPU=0 "$bin" >/dev/null 2>&1
 rc=$?
 [ $rc -eq 77 ] || { echo "FAILED: without STRATA_REQUIRE_GPU=1 the test exits $rc, not 77 (skipped)"; exit 1; }

@@ -22,7 +22,7 @@ html=$work/html
 for page in index.html classstrata_1_1trainer.html structstrata_1_1adamw.html structstrata_1_1step__stats.html; do
   [ -f "$html/$page" ] || { echo "doxygen.sh: no $page"; exit 1; }
 done
-if ls "$html" | grep -q "detail"; then
+if grep -q "detail" <<<"$(ls "$html")"; then
   echo "doxygen.sh: pages of detail namespaces: $(ls "$html" | grep detail | head -3)"
   exit 1
 fi

@@ -5,7 +5,8 @@
 set -euo pipefail
 prog=$1 mpiexec=$2 work=$3
 mkdir -p "$work"
-"$prog" --help | grep -q "usage: hello"
+help=$("$prog" --help)
+grep -q "usage: hello" <<<"$help"
 rc=0
 "$prog" --bogus > "$work/bad.out" 2> "$work/bad.err" || rc=$?
 [ "$rc" = 2 ] || { echo "hello --bogus exited $rc, expected 2"; exit 1; }

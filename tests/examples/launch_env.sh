@@ -50,7 +50,7 @@ out=$(RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=9 STRATA_COMM_TIMEOU
 rc=$?
 set -e
 echo "a rank alone -> exit $rc: $(echo "$out" | grep -m1 rendezvous)"
-[[ $rc == 2 ]] && echo "$out" | grep -q "mlp: error: rendezvous: rank 1 .*could not connect" || { echo "FAILED: $out"; exit 1; }
+[[ $rc == 2 ]] && grep -q "mlp: error: rendezvous: rank 1 .*could not connect" <<<"$out" || { echo "FAILED: $out"; exit 1; }
 
 # Two ranks mid-job; rank 1 is killed (then: stopped). Rank 0 must end on its own, naming
 # the operation it waited in: at once for a dead peer (the connection closes), after

@@ -51,7 +51,7 @@ for bad in "--zero 5" "--micro-batches 0" "--steps -1" "--lr -0.1" "--precision 
   set -e
   echo "mlp $bad -> exit $rc: $(echo "$out" | grep 'mlp: error' | head -1)"
   [ "$rc" = 2 ] || { echo "FAILED: '$bad' exited $rc, not 2"; exit 1; }
-  echo "$out" | grep -q "mlp: error: " || { echo "FAILED: '$bad' gave no clear message"; exit 1; }
+  grep -q "mlp: error: " <<<"$out" || { echo "FAILED: '$bad' gave no clear message"; exit 1; }
 done
 # Consolidated export: the safetensors package reads the file, and the weights in it are
 # exactly the ones the report's hash covers (FNV-1a over the fp32 bits in model order).
@@ -90,7 +90,7 @@ set +e
 out=$("$mpiexec" -n 2 "$mlp" --config "$cfg" --zero 1 --quiet 2>&1)
 rc=$?
 set -e
-[ "$rc" = 2 ] && echo "$out" | grep -q "mlp: error: --zero conflicts with --config" || { echo "FAILED: --zero with --config: $out"; exit 1; }
+[ "$rc" = 2 ] && grep -q "mlp: error: --zero conflicts with --config" <<<"$out" || { echo "FAILED: --zero with --config: $out"; exit 1; }
 
 # What a run shows: a progress line every --log-every steps with MFU and ETA, a summary,
 # and --metrics: a header line, then one line a step with every rank's memory.
@@ -116,11 +116,11 @@ PY
 plot=$(dirname "$0")/../../scripts/plot
 "$plot" "$work/metrics.jsonl" --out "$work/plots" >"$work/plot.log"
 for f in loss throughput memory; do
-  head -c 8 "$work/plots/$f.png" | od -An -c | grep -q 'P   N   G' || { echo "FAILED: $f.png is not a PNG"; exit 1; }
+  grep -q 'P   N   G' <<<"$(head -c 8 "$work/plots/$f.png" | od -An -c)" || { echo "FAILED: $f.png is not a PNG"; exit 1; }
 done
 "$plot" "$work/metrics.jsonl" --out "$work/plots" --format svg >/dev/null
 grep -q "<svg" "$work/plots/loss.svg" || { echo "FAILED: loss.svg is not an SVG"; exit 1; }
-"$plot" --help | grep -q "^usage: scripts/plot" || { echo "FAILED: plot --help"; exit 1; }
+help=$("$plot" --help) && grep -q "^usage: scripts/plot" <<<"$help" || { echo "FAILED: plot --help"; exit 1; }
 set +e
 "$plot" "$work/metrics.jsonl" --bogus 2>/dev/null; rc=$?
 "$plot" "$work/progress.log" 2>"$work/plot_bad.log"; rc_bad=$?
@@ -199,9 +199,9 @@ rc=$?
 set -e
 echo "mlp --device cuda -> exit $rc: $(echo "$out" | head -1)"
 if [ -x "$mlp-cuda" ]; then
-  ! echo "$out" | grep -q "no mlp-cuda next to" || { echo "FAILED: mlp did not start mlp-cuda"; exit 1; }
-  "$mlp" --device cuda --help | grep -q "usage: mpiexec -n N mlp" || { echo "FAILED: mlp-cuda --help"; exit 1; }
+  ! grep -q "no mlp-cuda next to" <<<"$out" || { echo "FAILED: mlp did not start mlp-cuda"; exit 1; }
+  help=$("$mlp" --device cuda --help) && grep -q "usage: mpiexec -n N mlp" <<<"$help" || { echo "FAILED: mlp-cuda --help"; exit 1; }
 else
-  [ "$rc" = 2 ] && echo "$out" | grep -q "no mlp-cuda next to this program" || { echo "FAILED: $out"; exit 1; }
+  [ "$rc" = 2 ] && grep -q "no mlp-cuda next to this program" <<<"$out" || { echo "FAILED: $out"; exit 1; }
 fi
 echo "mlp_stages: ok"

@@ -11,14 +11,15 @@ set -euo pipefail
 qwen2=$1 mpiexec=$2 work=$3 src=$4
 rm -rf "$work" && mkdir -p "$work"
 
-"$qwen2" --help | grep -q "usage: mpiexec -n N qwen2"
+help=$("$qwen2" --help)
+grep -q "usage: mpiexec -n N qwen2" <<<"$help"
 if "$qwen2" --bogus 1 2>"$work/bad.err"; then echo "a bad option must fail"; exit 1; else test $? -eq 2; fi
 grep -q "qwen2: error: unknown option --bogus" "$work/bad.err" && grep -q "^usage:" "$work/bad.err"
 # A CPU run maps no CUDA library; --device cuda is qwen2-cuda's, reached through qwen2.
 if ldd "$qwen2" | grep -E "libcuda|libcublas|libnccl"; then echo "FAILED: $qwen2 links CUDA libraries"; exit 1; fi
 if [ -x "$qwen2-cuda" ]; then
-  "$qwen2" --device cuda --help | grep -q "usage: mpiexec -n N qwen2" || { echo "FAILED: qwen2-cuda --help"; exit 1; }
-  ldd "$qwen2-cuda" | grep -q libcudart || { echo "FAILED: qwen2-cuda does not link cudart"; exit 1; }
+  help=$("$qwen2" --device cuda --help) && grep -q "usage: mpiexec -n N qwen2" <<<"$help" || { echo "FAILED: qwen2-cuda --help"; exit 1; }
+  grep -q libcudart <<<"$(ldd "$qwen2-cuda")" || { echo "FAILED: qwen2-cuda does not link cudart"; exit 1; }
   if "$qwen2-cuda" --device cpu 2>"$work/cpu.err"; then echo "FAILED: qwen2-cuda ran --device cpu"; exit 1; fi
   grep -q "this executable runs on GPUs" "$work/cpu.err" || { echo "FAILED: $(cat "$work/cpu.err")"; exit 1; }
 fi

@@ -15,7 +15,8 @@ for _ in $(seq 1 600); do [ -e "$env_dir/.installing" ] || break; sleep 1; done
 python=$env_dir/bin/python
 "$python" -c "import ray" || { echo "FAILED: no Ray in $env_dir (scripts/deps --ray installs it)"; exit 1; }
 
-"$python" "$src/examples/ray/train.py" --help | grep -q "usage: train.py"
+help=$("$python" "$src/examples/ray/train.py" --help)
+grep -q "usage: train.py" <<<"$help"
 if "$python" "$src/examples/ray/train.py" --workers 0 -- true 2>"$work/bad.err"; then
   echo "FAILED: --workers 0 must fail"
   exit 1
