@@ -129,6 +129,10 @@ inline nlohmann::json plan_json(const run_options& o, const examples::loop_optio
                  {"rows_per_micro_batch", rows},
                  {"recompute", opts.recompute},
                  {"seq", o.seq}};
+  // Which attention the device plan counts: cuDNN's keeps a log-sum-exp per row, the
+  // unfused one the probabilities; only a build with cuDNN's frontend can take the first.
+  const bool fused = device && l.mixed && strata::nn::fused_attention_built;
+  if (device) j["layout"]["attention"] = fused ? "fused (cuDNN)" : "unfused";
   for (int z = 0; z <= 3; ++z) {
     l.zero_stage = z;
     l.offload = pol.offload && z > 0;
@@ -138,10 +142,9 @@ inline nlohmann::json plan_json(const run_options& o, const examples::loop_optio
       auto m = strata::models::make_qwen2(o.model, 0, l.tp);
       std::pair<std::size_t, std::size_t> layers;
       strata::plan_memory(m, l, s, 0, &layers);  // this stage's layers first
-      const std::size_t act =
-          activation_bytes(o.model, rows, static_cast<std::size_t>(o.seq), l.tp, layers.first, layers.second,
-                           slots_in_use(l.pp, s, opts.micro_batches, pol.schedule), device, !opts.recompute.empty(),
-                           device && l.mixed ? 2 : 4, device && l.mixed && strata::nn::fused_attention_built);
+      const std::size_t act = activation_bytes(o.model, rows, static_cast<std::size_t>(o.seq), l.tp, layers.first,
+                                               layers.second, slots_in_use(l.pp, s, opts.micro_batches, pol.schedule),
+                                               device, !opts.recompute.empty(), device && l.mixed ? 2 : 4, fused);
       const strata::memory_report planned = strata::plan_memory(m, l, s, act);
       auto r = planned.to_json();
       r["layers"] = {layers.first, layers.second};
@@ -203,10 +206,16 @@ inline void print_plan(const run_options& o, const examples::loop_options& lo, c
     }
   }
   std::printf("(* the chosen stage; the trainer's report after a step holds these numbers)\n");
-  if (device)
+  if (device) {
     std::printf(
         "(device: the report's part on the GPU, plus estimates for CUDA 13 on an H200 of what a process holds "
         "besides,\n as train/memory_plan.hpp states them; a run measures each: --report's memory_per_rank[].device)\n");
+    if (lay["attention"] == "unfused")
+      std::printf("(attention unfused: each layer keeps its [rows, heads, seq, seq] probabilities%s)\n",
+                  pol.precision == "fp32" ? ", as fp32 always does on a GPU"
+                                          : "; this program was built without cuDNN's frontend, which a 16-bit run "
+                                            "uses to keep a log-sum-exp per row instead");
+  }
   examples::write_report(lo.report, j);
 }
 
