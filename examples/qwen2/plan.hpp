@@ -4,6 +4,7 @@
 // --device cuda, the device's bytes too: the report's device part plus the context,
 // cuBLAS, the communicators and the first step's code (strata::plan_device_allowance).
 #pragma once
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -19,11 +20,13 @@ namespace qwen2 {
 
 // The bytes the layers [first, end) of the model (embedding 0, decoder layers 1..L, norm
 // L + 1, the head with its loss L + 2) hold over a step: per schedule slot in use, each layer's
-// output and cache (what its backward reads); once, the gradients between layers, the
-// last stage's targets, and the tensors a decoder layer uses only within one call (the
-// gradients inside it, a GPU's score blocks: the trainer's one set for every layer,
-// space/call_scratch.hpp). rows is a micro-batch's. With recompute a decoder layer keeps
-// its output only, and one scratch cache (with the output made again) serves them all.
+// output and cache (what its backward reads); once, the gradients between layers (the
+// trainer keeps three: the stage's input's, and two that the boundaries inside it take
+// in turns, each as large as the largest it holds), the last stage's targets, and the
+// tensors a decoder layer uses only within one call (the gradients inside it, a GPU's
+// score blocks: the trainer's one set for every layer, space/call_scratch.hpp). rows is
+// a micro-batch's. With recompute a decoder layer keeps its output only, and one scratch
+// cache (with the output made again) serves them all.
 // Activations take act bytes each (2 on a GPU in mixed precision, 4 otherwise); ids,
 // targets and per-row statistics are floats (f), the loss's row sums doubles.
 inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::size_t rows, std::size_t seq, int tp,
@@ -57,10 +60,12 @@ inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::
     if (act != f) scores += inner * seq * seq * act + (H != KV ? 2 * inner * seq * hd * f : 0);
   }
   std::size_t per_slot = 0, shared = 0, scratch = 0, call = 0;  // bytes
+  std::vector<std::size_t> grad(end - first + 1);               // per boundary: the gradient there
   for (std::size_t l = first; l < end; ++l) {
+    std::size_t& dx = grad[l - first];
     if (l == 0) {  // embedding: output; its "input gradient" has the ids' shape
       per_slot += N * D * act;
-      shared += N * f;
+      dx = N * f;
     } else if (l <= L) {                                        // decoder layer
       const std::size_t attention = N * H * hd * 2 * act        // q, attended
                                     + N * KV * hd * 2 * act     // k, v
@@ -70,29 +75,36 @@ inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::
       const std::size_t mlp = N * I * 2 * act + N * f;          // gate, up; rstd
       const std::size_t cache = attention + mlp + N * D * act;  // and h
       per_slot += N * D * act + (recompute ? 0 : cache);        // the output, and the cache
-      shared += N * D * act;
+      dx = N * D * act;
       if (recompute) scratch = cache + N * D * act;
       // Within one call: the layer's n1, n2 (made again in backward), dn2, dh, dn1;
       // attention's d_attended, dq, dk, dv, dx_k, dx_v and score blocks; the MLP's h (made
-      // again in backward), dh, d_gate, d_up, dx_up.
+      // again in backward, then d_up), dh (then d_gate), dx_up.
       call =
-          N * D * 5 * act + (N * H * hd * 2 + N * KV * hd * 2 + N * D * 2) * act + scores + (N * I * 4 + N * D) * act;
+          N * D * 5 * act + (N * H * hd * 2 + N * KV * hd * 2 + N * D * 2) * act + scores + (N * I * 2 + N * D) * act;
     } else if (l == L + 1) {  // final norm
       per_slot += N * D * act + N * f;
-      shared += N * D * act;
+      dx = N * D * act;
     } else {  // the head with its loss: one chunk's logits (their gradient in place), the
               // value, row max, log-sum, target (f32); row loss (f64), a chunk's two sums (f64)
       const std::size_t C =
           static_cast<std::size_t>(strata::nn::make_linear_cross_entropy(c.hidden_size, c.vocab_size, 0, tp)
                                        .chunk_rows(static_cast<std::int64_t>(N)));
       per_slot += C * V * act + (1 + 3 * N) * f + (N + 2 * C) * f64;
-      shared += N * D * act + (N + 1) * f;  // dx; the targets; the loss's seed
+      dx = N * D * act;
+      shared += N * f;  // the targets
     }
   }
-  // The stage's input: ids on the first stage, the previous stage's output elsewhere; the
-  // gradient a later stage sends back.
+  // The gradient at the stage's end: the loss's seed, or what a later stage sends back.
+  grad.back() = end == L + 3 ? f : N * D * act;
+  std::size_t odd = 0, even = 0;
+  for (std::size_t b = 1; b < grad.size(); ++b) {
+    std::size_t& turn = b % 2 ? odd : even;
+    turn = std::max(turn, grad[b]);
+  }
+  shared += grad[0] + odd + even;
+  // The stage's input: ids on the first stage, the previous stage's output elsewhere.
   per_slot += first == 0 ? N * f : N * D * act;
-  if (end != L + 3) shared += N * D * act;
   return per_slot * slots + shared + scratch + call + workspace;
 }
 

@@ -113,3 +113,22 @@ TEST_CASE("each rank's peak memory grows by its memory report, at every stage an
   check<zero<2>>(g, s, dir.path);
   check<zero<3>>(g, s, dir.path);
 }
+
+// A gradient between layers lives only until the layer below has made its own, so the
+// trainer keeps three whatever the depth: four more hidden blocks add, per row, their
+// outputs and their caches' h and dh (3 x hidden floats each), and no gradient.
+TEST_CASE("activations grow with depth by each layer's output and cache, not by a gradient per boundary") {
+  environment env;
+  grid g(env.world());
+  test::mlp_setup s;
+  s.steps = 2;
+  const auto activations = [&](int blocks) {
+    s.shape.layers = blocks;
+    return test::run_mlp<replicated>(g, s).memory.bytes.at("activations");
+  };
+  const std::size_t shallow = activations(2), deep = activations(6);
+  const std::size_t rows = static_cast<std::size_t>(s.global_batch / g.dp_size());
+  const std::size_t per_block = rows * 3 * static_cast<std::size_t>(s.shape.hidden) * sizeof(float);
+  INFO("activations: 2 blocks " << shallow << " bytes, 6 blocks " << deep << ", per block " << per_block);
+  CHECK(deep - shallow == 4 * per_block);
+}

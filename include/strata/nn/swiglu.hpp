@@ -32,7 +32,8 @@ struct swiglu_forward_fn {
 };
 
 // From dh: d_up = dh silu(g) and d_gate = dh up silu'(g), silu'(g) = s (1 + g (1 - s)),
-// in float from the activation type T, each rounded once.
+// in float from the activation type T, each rounded once. d_gate may be dh (element i is
+// read before it is written), and d_up any tensor but gate, up or dh.
 template <class T = float>
 struct swiglu_backward_fn {
   const T *gate, *up, *dh;
@@ -56,10 +57,11 @@ struct swiglu_mlp {
   // activation type. The cache keeps gate and up; h = silu(gate) up, down_proj's input,
   // is made again from them in backward (one elementwise pass, the same bits; Liger's
   // SwiGLU does the same), so it lives only within a call, as the gradients do
-  // (call_scratch.hpp): a third less of what the MLP keeps per layer.
+  // (call_scratch.hpp): a third less of what the MLP keeps per layer. Within backward,
+  // gate's and up's gradients take the places of dh and h, which are dead by then.
   template <class Space = host, class Act = float>
   struct scratch {
-    tensor<Act, Space> h, dh, d_gate, d_up, dx_up;
+    tensor<Act, Space> h, dh, dx_up;
   };
   template <class Space = host, class Act = float>
   struct cache {
@@ -95,13 +97,14 @@ struct swiglu_mlp {
     make_h(ctx, c, g.h);
     c.down_proj.x = &g.h;
     down_proj.backward(ctx, dy, g.dh, c.down_proj);
-    g.d_gate.resize(c.gate.shape());
-    g.d_up.resize(c.up.shape());
+    // In place: d_gate over dh (each element read before it is written), d_up over h
+    // (down_proj's backward was its last reader).
+    auto &d_gate = g.dh, &d_up = g.h;
     ops_of<Ctx>::map(exec_of(ctx), static_cast<std::int64_t>(g.dh.numel()),
                      detail::swiglu_backward_fn<activation_of<Ctx>>{c.gate.data(), c.up.data(), g.dh.data(),
-                                                                    g.d_gate.data(), g.d_up.data()});
-    gate_proj.backward(ctx, g.d_gate, dx, c.gate_proj);
-    up_proj.backward(ctx, g.d_up, g.dx_up, c.up_proj);
+                                                                    d_gate.data(), d_up.data()});
+    gate_proj.backward(ctx, d_gate, dx, c.gate_proj);
+    up_proj.backward(ctx, d_up, g.dx_up, c.up_proj);
     add_into(ctx, dx, g.dx_up);
   }
 

@@ -131,15 +131,15 @@ TEST_CASE("decoder layers lent one scratch: the bits of their own, and their cac
   }
   // Without a pool each cache held its gradients; lent, none of them did, and the pool's
   // MLP scratch is the wider layer's.
-  CHECK(own[1].mlp.work.own.d_gate.numel() == 10 * 40);
+  CHECK(own[1].mlp.work.own.dh.numel() == 10 * 40);
   for (const auto& cache : shared) {
     CHECK(cache.work.own.dh.capacity() == 0);
     CHECK(cache.work.own.n1.capacity() == 0);
     CHECK(cache.mlp.work.own.h.capacity() == 0);
-    CHECK(cache.mlp.work.own.d_gate.capacity() == 0);
+    CHECK(cache.mlp.work.own.dh.capacity() == 0);
     CHECK(cache.self_attn.work.own.dq.capacity() == 0);
   }
-  CHECK(pool.get<nn::swiglu_mlp::scratch<strata::host, float>>().d_gate.capacity() == 10 * 40);
+  CHECK(pool.get<nn::swiglu_mlp::scratch<strata::host, float>>().dh.capacity() == 10 * 40);
 }
 
 namespace {

@@ -67,7 +67,7 @@ class schedule_driver {
     const std::size_t nl = params_.end_layer - params_.first_layer;
     acts_.resize(static_cast<std::size_t>(opts_.micro_batches));
     for (auto& slot : acts_) slot.resize(nl + 1);
-    dacts_.resize(nl + 1);
+    dacts_.resize(3);
     sends_.resize(static_cast<std::size_t>(opts_.micro_batches));
     slot_of_.assign(static_cast<std::size_t>(opts_.micro_batches), 0);
     actions_ = schedule_for<Schedule>(pp_rank(), pp_size(), opts_.micro_batches);
@@ -224,14 +224,14 @@ class schedule_driver {
     const std::size_t first = params_.first_layer, end = params_.end_layer, nl = end - first;
     const int slot = slot_of_[static_cast<std::size_t>(m)];
     if (is_last_stage()) {
-      tensor_t& seed = slot_written<float>(dacts_[nl]);
+      tensor_t& seed = slot_written<float>(dact(nl));
       seed.resize(shape{1});
       dev_.eng->fill(seed.data(), 1, dloss);
     } else {  // as this stage's last layer wrote its output
-      write_slot_as(dacts_[nl], table_[end - 1].writes_float,
+      write_slot_as(dact(nl), table_[end - 1].writes_float,
                     [&](auto& t) { idle_ += recv_tensor(*pp_bwd_, bwd_data(), t, pp_rank() + 1); });
     }
-    if (bwd_send_) bwd_send_->wait();  // dacts_[0] is about to be overwritten
+    if (bwd_send_) bwd_send_->wait();  // dact(0) is about to be overwritten
     ctx_.set_micro_batch(m);
     const auto& buckets = plan_.buckets();
     for (std::size_t l = end; l-- > first;) {
@@ -245,16 +245,20 @@ class schedule_driver {
       if (table_[l].recompute)
         table_[l].run_forward(ctx_, acts_[static_cast<std::size_t>(slot)][l - first], recomputed_,
                               static_cast<std::size_t>(slot));
-      table_[l].run_backward(ctx_, dacts_[l - first + 1], dacts_[l - first], static_cast<std::size_t>(slot));
+      table_[l].run_backward(ctx_, dact(l - first + 1), dact(l - first), static_cast<std::size_t>(slot));
       if (l == buckets[b].first_layer) reduce_.launch(b);
     }
     reduce_.finish_all();
     if (!is_first_stage()) {
       if (!bwd_send_) bwd_send_.emplace();
-      read_slot_as(dacts_[0], table_[first - 1].writes_float, ctx_.exec(),
+      read_slot_as(dact(0), table_[first - 1].writes_float, ctx_.exec(),
                    [&](const auto& t) { send_tensor(*pp_bwd_, bwd_data(), t, pp_rank() - 1, *bwd_send_); });
     }
   }
+
+  // The tensor of boundary b (0: the stage's input, nl: its output): boundaries 1 .. nl
+  // alternate between two tensors, so a layer's dy and dx are never the same one.
+  slot_t& dact(std::size_t b) { return dacts_[b == 0 ? 0 : 1 + b % 2]; }
 
   typename Types::grid_t& grid_;
   const trainer_options& opts_;
@@ -270,6 +274,10 @@ class schedule_driver {
   std::vector<float> loss_host_;           // and its copy on the host
   std::vector<float> labels_host_;         // a device batch's targets, to count labels
   std::vector<std::vector<slot_t>> acts_;  // [slot][layer boundary]
+  // The gradient at each layer boundary of the stage, in three tensors: a layer's output
+  // gradient is dead once its backward made its input's, so the boundaries inside the
+  // stage take turns in two, and boundary 0 (the gradient the stage sends back, still in
+  // flight while the next micro-batch's arrives) has its own. See dact().
   std::vector<slot_t> dacts_;
   std::vector<pending_send> sends_;  // per slot: its output on the way forward
   std::optional<pending_send> bwd_send_;
