@@ -78,10 +78,10 @@ inline std::size_t activation_bytes(const strata::models::qwen2_config& c, std::
       dx = N * D * act;
       if (recompute) scratch = cache + N * D * act;
       // Within one call: the layer's n1, n2 (made again in backward), dn2, dh, dn1;
-      // attention's d_attended, dq, dk, dv, dx_k, dx_v and score blocks; the MLP's h (made
-      // again in backward, then d_up), dh (then d_gate), dx_up.
-      call =
-          N * D * 5 * act + (N * H * hd * 2 + N * KV * hd * 2 + N * D * 2) * act + scores + (N * I * 2 + N * D) * act;
+      // attention's d_attended, dq, dk, dv and score blocks; the MLP's h (made again in
+      // backward, then d_up), dh (then d_gate). The projections' input gradients add up in
+      // the layer's own (nn::shared_input_backward).
+      call = N * D * 5 * act + (N * H * hd * 2 + N * KV * hd * 2) * act + scores + N * I * 2 * act;
     } else if (l == L + 1) {  // final norm
       per_slot += N * D * act + N * f;
       dx = N * D * act;

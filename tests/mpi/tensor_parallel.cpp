@@ -1,7 +1,8 @@
 // strata-ranks: 2 4
 // Tensor-parallel layers at T ranks against the same layers whole (T = 1) on every rank,
 // from the same full weights: outputs, input gradients and the local slices of the param
-// gradients agree; so does the whole gpt model; sizes that do not divide are refused.
+// gradients agree, with the collectives each layer should need; so does the whole gpt
+// model; sizes that do not divide are refused.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -9,10 +10,13 @@
 #include <cstring>
 #include <deque>
 #include <random>
+#include <strata/comm/detail/comm_registry.hpp>
 #include <strata/comm/environment.hpp>
 #include <strata/model/reflect.hpp>
 #include <strata/nn/attention.hpp>
+#include <strata/nn/grouped_query_attention.hpp>
 #include <strata/nn/softmax_cross_entropy.hpp>
+#include <strata/nn/swiglu.hpp>
 #include <strata/nn/tp/all.hpp>
 #include <strata/train/init.hpp>
 #include <strata/train/layer_table.hpp>
@@ -341,6 +345,57 @@ TEST_CASE("causal_self_attention with heads split over ranks matches whole atten
     part.backward(s.tp, dy, dxp, cp);
     check_close(dxp, dxf, "dx");
     check_grad_slices(pp, pf);
+  }
+}
+
+namespace {
+
+// Collectives submitted so far on the tensor group c, as it reports them to the registry
+// every communicator reports to (the hang diagnosis's record).
+std::uint64_t collectives_on(world_comm& c, int first_world_rank) {
+  std::vector<int> members(static_cast<std::size_t>(c.size()));
+  for (int i = 0; i < c.size(); ++i) members[static_cast<std::size_t>(i)] = first_world_rank + i;
+  for (const auto& h : detail::comm_registry::get().snapshot())
+    if (h.name == c.name() && h.members == members) return h.collectives;
+  FAIL("no history of communicator " << c.name());
+  return 0;
+}
+
+// One layer at T ranks against the same layer whole: output, input gradient and gradient
+// slices agree, and the tensor group runs one collective in forward (the row-parallel
+// projection's sum) and one in backward (the column-parallel projections' input gradients
+// summed before they are sent, not one all-reduce per projection).
+template <class Layer>
+void check_split_layer(setup& s, Layer full, Layer part, std::int64_t dim) {
+  param_store store;
+  const auto pf = store.bind(full), pp = store.bind(part);
+  const auto x = random_tensor(shape{2, 5, dim}, s.rng);
+  const auto dy = random_tensor(shape{2, 5, dim}, s.rng);
+  typename Layer::template cache<> cf, cp;
+  tensor<float> yf, yp, dxf, dxp;
+  const int first = s.env.world().rank() / s.T * s.T;
+  full.forward(s.whole, x, yf, cf);
+  const auto before = collectives_on(s.g.tp, first);
+  part.forward(s.tp, x, yp, cp);
+  CHECK(collectives_on(s.g.tp, first) - before == 1);
+  check_close(yp, yf, "y");
+  full.backward(s.whole, dy, dxf, cf);
+  part.backward(s.tp, dy, dxp, cp);
+  CHECK(collectives_on(s.g.tp, first) - before == 2);
+  check_close(dxp, dxf, "dx");
+  check_grad_slices(pp, pf);
+}
+
+}  // namespace
+
+TEST_CASE("grouped_query_attention and swiglu_mlp split over ranks match whole layers, one all-reduce each way") {
+  for (int T : tp_sizes()) {
+    INFO("T = " << T);
+    setup s(T);
+    // 8 query heads over 4 key/value heads of 4 features; 24 gated units.
+    check_split_layer(s, nn::make_grouped_query_attention(32, 8, 4, 10000.0f),
+                      nn::make_grouped_query_attention(32, 8, 4, 10000.0f, s.r(), T), 32);
+    check_split_layer(s, nn::make_swiglu_mlp(32, 24), nn::make_swiglu_mlp(32, 24, s.r(), T), 32);
   }
 }
 

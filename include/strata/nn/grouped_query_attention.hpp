@@ -10,7 +10,6 @@
 #include "../space/tensor.hpp"
 #include "detail/attention_core.hpp"
 #include "detail/checks.hpp"
-#include "residual.hpp"
 #include "rotary.hpp"
 #include "tp/column_parallel_linear.hpp"
 #include "tp/row_parallel_linear.hpp"
@@ -20,7 +19,8 @@ namespace strata::nn {
 // q, k and v are separate column-parallel projections (transformers' q_proj, k_proj,
 // v_proj, with biases in Qwen2), so a rank's rows of each are whole heads; query head j
 // uses key/value head j / (H / K). o_proj is row-parallel: its all-reduce sums the
-// heads. With T = 1 nothing is communicated.
+// heads; in backward one all-reduce sums the three projections' input gradients
+// (shared_input_backward). With T = 1 nothing is communicated.
 struct grouped_query_attention {
   column_parallel_linear q_proj;  // [H hd / T, D] (+ bias)
   column_parallel_linear k_proj;  // [K hd / T, D] (+ bias)
@@ -33,7 +33,7 @@ struct grouped_query_attention {
   // scratch for the scores and their gradient (as causal_self_attention's).
   template <class Space = host, class Act = float>
   struct scratch {
-    tensor<Act, Space> d_attended, dq, dk, dv, dx_k, dx_v;
+    tensor<Act, Space> d_attended, dq, dk, dv;
     tensor<float, Space> d_scores;
     tensor<Act, Space> d_scores_act;
   };
@@ -87,11 +87,7 @@ struct grouped_query_attention {
                                w.d_attended.data(), w.dq.data(), w.dk.data(), w.dv.data(), w.d_scores, &w.d_scores_act);
     // The rotation is orthogonal: its backward turns the gradients back.
     rope.rotate(ctx, w.dq, l.H, w.dk, local_kv_heads(), l.hd, c.cos, c.sin, true);
-    q_proj.backward(ctx, w.dq, dx, c.q_proj);
-    k_proj.backward(ctx, w.dk, w.dx_k, c.k_proj);
-    v_proj.backward(ctx, w.dv, w.dx_v, c.v_proj);
-    add_into(ctx, dx, w.dx_k);
-    add_into(ctx, dx, w.dx_v);
+    shared_input_backward(ctx, {{q_proj, w.dq, c.q_proj}, {k_proj, w.dk, c.k_proj}, {v_proj, w.dv, c.v_proj}}, dx);
   }
 
  private:

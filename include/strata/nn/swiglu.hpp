@@ -1,6 +1,7 @@
 // nn::swiglu_mlp: the gated MLP of Llama and Qwen2, down(silu(gate(x)) * up(x)) without
 // biases; gate and up are column-parallel and down row-parallel over ctx.tp() (Megatron's
-// split), so the MLP costs one all-reduce forward.
+// split), so the MLP costs one all-reduce forward and one backward (gate's and up's input
+// gradients summed first: shared_input_backward).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -11,7 +12,6 @@
 #include "../space/call_scratch.hpp"
 #include "../space/tensor.hpp"
 #include "detail/checks.hpp"
-#include "residual.hpp"
 #include "tp/column_parallel_linear.hpp"
 #include "tp/row_parallel_linear.hpp"
 
@@ -61,7 +61,7 @@ struct swiglu_mlp {
   // gate's and up's gradients take the places of dh and h, which are dead by then.
   template <class Space = host, class Act = float>
   struct scratch {
-    tensor<Act, Space> h, dh, dx_up;
+    tensor<Act, Space> h, dh;
   };
   template <class Space = host, class Act = float>
   struct cache {
@@ -103,9 +103,7 @@ struct swiglu_mlp {
     ops_of<Ctx>::map(exec_of(ctx), static_cast<std::int64_t>(g.dh.numel()),
                      detail::swiglu_backward_fn<activation_of<Ctx>>{c.gate.data(), c.up.data(), g.dh.data(),
                                                                     d_gate.data(), d_up.data()});
-    gate_proj.backward(ctx, d_gate, dx, c.gate_proj);
-    up_proj.backward(ctx, d_up, g.dx_up, c.up_proj);
-    add_into(ctx, dx, g.dx_up);
+    shared_input_backward(ctx, {{gate_proj, d_gate, c.gate_proj}, {up_proj, d_up, c.up_proj}}, dx);
   }
 
  private:

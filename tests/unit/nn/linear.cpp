@@ -1,6 +1,9 @@
 // nn::linear against a double-precision reference, finite differences, += semantics,
-// no allocation on reuse, bias-free layers, and the messages for bad shapes.
+// no allocation on reuse, bias-free layers, and the messages for bad shapes; the backward
+// of column-parallel linears that share an input against each one's own.
+#include <algorithm>
 #include <strata/nn/linear.hpp>
+#include <strata/nn/tp/column_parallel_linear.hpp>
 
 #include "support.hpp"
 
@@ -177,4 +180,45 @@ TEST_CASE("linear: shapes that do not chain are config errors naming the layer")
   auto unbound = nn::make_linear(8, 3);
   msg = message_of<strata::config_error>([&] { unbound.forward(ctx, good, y, c); });
   CHECK_CONTAINS(msg, "weight is not bound");
+}
+
+TEST_CASE("shared_input_backward: the sum of the linears' input gradients, each one's own param gradients") {
+  std::mt19937 rng(7);
+  param_store store;
+  auto a = nn::make_column_parallel_linear(6, 4, 0, 1), b = nn::make_column_parallel_linear(6, 5, 0, 1, false);
+  a.weight.name = "q.weight";
+  b.weight.name = "k.weight";
+  const std::vector<strata::param<float>*> params{&a.weight, &a.bias, &b.weight, &b.bias};
+  for (auto* p : params) store.bind(*p, rng);
+  context ctx;
+  const auto x = random_tensor(shape{3, 6}, rng), dya = random_tensor(shape{3, 4}, rng),
+             dyb = random_tensor(shape{3, 5}, rng);
+  nn::column_parallel_linear::cache<> ca, cb;
+  tensor<float> ya, yb, dxa, dxb, dx;
+  a.forward(ctx, x, ya, ca);
+  b.forward(ctx, x, yb, cb);
+  a.backward(ctx, dya, dxa, ca);
+  b.backward(ctx, dyb, dxb, cb);
+  std::vector<std::vector<float>> alone;
+  for (auto* p : params) alone.emplace_back(p->grads().begin(), p->grads().end());
+  zero_grads(params);
+
+  nn::shared_input_backward(ctx, {{a, dya, ca}, {b, dyb, cb}}, dx);
+  REQUIRE(dx.shape() == x.shape());
+  // One GEMM adds onto the other's rounded result where the separate form rounds both and
+  // adds: a few float roundings of values of order 1, far below a missing term (order 1).
+  float largest = 0.0f;
+  for (std::size_t i = 0; i < dx.numel(); ++i) largest = std::max(largest, std::abs(dxa[i] + dxb[i]));
+  for (std::size_t i = 0; i < dx.numel(); ++i) CHECK(std::abs(dx[i] - (dxa[i] + dxb[i])) <= 1e-6f * largest);
+  // The param gradients are the same GEMMs and column sums: the same bits.
+  for (std::size_t k = 0; k < params.size(); ++k)
+    CHECK(std::equal(alone[k].begin(), alone[k].end(), params[k]->grads().begin()));
+
+  // Linears that read different inputs are not one input's projections.
+  nn::column_parallel_linear::cache<> other;
+  const auto x2 = random_tensor(shape{3, 6}, rng);
+  b.forward(ctx, x2, yb, other);
+  const auto msg =
+      message_of<strata::config_error>([&] { nn::shared_input_backward(ctx, {{a, dya, ca}, {b, dyb, other}}, dx); });
+  CHECK_CONTAINS(msg, "'k.weight' and 'q.weight' must have read the same input");
 }

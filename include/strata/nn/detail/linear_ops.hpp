@@ -73,11 +73,14 @@ bool linear_input_grad_dgelu(Ctx& ctx, const T* dy, std::int64_t rows, std::int6
                                  gemm_epilogue<weight_of<Ctx>, T>{epilogue::dgelu, nullptr, nullptr, u});
 }
 
-// dx[rows, in] = dy[rows, out] W[out, in].
+// dx[rows, in] = dy[rows, out] W[out, in], or with accumulate dx += dy W (the GEMM adds
+// onto dx, beta = 1: linears that read one input sum their input gradients without a
+// separate add).
 template <class Ctx, class T>
 void linear_input_grad(Ctx& ctx, const T* dy, std::int64_t rows, std::int64_t out, const weight_of<Ctx>* w,
-                       std::int64_t in, T* dx) {
-  ops_of<Ctx>::gemm(exec_of(ctx), transpose::no, transpose::no, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+                       std::int64_t in, T* dx, bool accumulate = false) {
+  ops_of<Ctx>::gemm(exec_of(ctx), transpose::no, transpose::no, rows, in, out, 1.0f, dy, out, w, in,
+                    accumulate ? 1.0f : 0.0f, dx, in);
 }
 
 // gw[out, in] += dy^T x; gb[out] += column sums of dy (when gb is not null). The

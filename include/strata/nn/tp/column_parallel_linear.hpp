@@ -3,6 +3,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 
 #include "../../core/config.hpp"
 #include "../../model/param.hpp"
@@ -45,6 +46,12 @@ struct take_block_fn {
   }
 };
 }  // namespace detail
+
+struct column_parallel_linear;
+template <class Ctx>
+struct column_grad;
+template <class Ctx>
+void shared_input_backward(Ctx& ctx, std::initializer_list<column_grad<Ctx>> parts, tensor_for<Ctx>& dx);
 
 // Rank r holds rows [r out/T, (r+1) out/T) of the full [out, in] weight and the same
 // slice of the bias. The input is whole on every rank; the output is this rank's slice of
@@ -122,39 +129,59 @@ struct column_parallel_linear {
 
   template <class Ctx>
   void backward(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>, activation_of<Ctx>>& c) {
+    shared_input_backward(ctx, {{*this, dy, c}}, dx);
+  }
+
+  // backward's two halves, for linears that read one input (shared_input_backward): this
+  // rank's part of the input gradient, into dx or, with accumulate, added onto it (dx
+  // then holds another linear's, of x's shape); true where ctx.tp() must sum it. Then the
+  // weight's and bias's gradients from the same dy.
+  template <class Ctx>
+  bool input_grad(Ctx& ctx, const tensor_for<Ctx>& dy, tensor_for<Ctx>& dx, cache<space_of<Ctx>, activation_of<Ctx>>& c,
+                  bool accumulate = false) {
     const bool dist = detail::tp_active(ctx, tp_size, kind, weight.name);
     detail::require_forward_ran(c.x, kind, weight.name);
     check_params();
     detail::require_grad(weight, kind, weight.name, "weight");
     detail::require_grad(bias, kind, weight.name, "bias");
     const tensor_for<Ctx>& x = *c.x;
-    const std::int64_t in = in_features(), out_l = local_out_features();
+    const std::int64_t out_l = local_out_features();
     const bool gathered = dist && gather_output;
     detail::require_dy(dy, detail::with_last(x.shape(), gathered ? out_features() : out_l), kind, weight.name);
     detail::require_distinct(&dy, &dx, kind, weight.name);
     const std::int64_t rows = detail::rows_of(x.shape());
-    const activation_of<Ctx>* g = dy.data();
     if (gathered) {
       c.dy_local.resize(detail::with_last(x.shape(), out_l));
       ops_of<Ctx>::rows(
           exec_of(ctx), rows, out_l,
           detail::take_block_fn<activation_of<Ctx>>{dy.data(), c.dy_local.data(), tp_size, tp_rank, out_l});
-      g = c.dy_local.data();
     }
-    dx.resize(x.shape());
-    detail::linear_input_grad(ctx, g, rows, out_l, weights_of<Ctx>(weight), in, dx.data());
-    // Each rank's dx is the contribution of its output slice: the sum is the full dx.
-    // The all-reduce runs on the communicator's lane (NCCL: its stream) while the
-    // weight-grad GEMM runs here (on the compute stream). It sums in the activation type,
-    // as Megatron all-reduces bf16 input gradients: half the traffic of float partials and
-    // no float buffer, for one rounding per rank added.
-    request pending = dist ? detail::tp_all_reduce_async(ctx, dx.span()) : request{};
-    detail::linear_param_grads(ctx, g, x.data(), rows, out_l, in, weight.grad(), has_bias() ? bias.grad() : nullptr);
-    pending.wait();
+    if (accumulate)
+      expects<config_error>(dx.shape() == x.shape(), [&] {
+        return strata::cat(detail::label(kind, weight.name), ": adds its input gradient onto one of shape ", dx.shape(),
+                           " but its input has shape ", x.shape(), "; linears that share an input share its shape");
+      });
+    else
+      dx.resize(x.shape());
+    detail::linear_input_grad(ctx, local_dy(dy, c), rows, out_l, weights_of<Ctx>(weight), in_features(), dx.data(),
+                              accumulate);
+    return dist;
+  }
+  template <class Ctx>
+  void param_grads(Ctx& ctx, const tensor_for<Ctx>& dy, cache<space_of<Ctx>, activation_of<Ctx>>& c) {
+    const tensor_for<Ctx>& x = *c.x;
+    detail::linear_param_grads(ctx, local_dy(dy, c), x.data(), detail::rows_of(x.shape()), local_out_features(),
+                               in_features(), weight.grad(), has_bias() ? bias.grad() : nullptr);
   }
 
  private:
   static constexpr const char* kind = "column_parallel_linear";
+  // dy's columns of this rank: dy itself, or with a gathered output the block that
+  // input_grad took into the cache.
+  template <class T, class Space>
+  const T* local_dy(const tensor<T, Space>& dy, const cache<Space, T>& c) const {
+    return gather_output && tp_size > 1 ? c.dy_local.data() : dy.data();
+  }
   void check_params() const {
     expects<config_error>(
         weight.shape.rank == 2 && (!has_bias() || bias.numel() == static_cast<std::size_t>(weight.shape[0])), [&] {
@@ -173,6 +200,44 @@ struct column_parallel_linear {
     return detail::rows_of(x.shape());
   }
 };
+
+// One column-parallel linear's part in shared_input_backward: the linear, the gradient of
+// its output and its cache.
+template <class Ctx>
+struct column_grad {
+  column_parallel_linear& layer;
+  const tensor_for<Ctx>& dy;
+  column_parallel_linear::cache<space_of<Ctx>, activation_of<Ctx>>& c;
+};
+
+// The backward of column-parallel linears that read one input x (attention's q, k and v;
+// the MLP's gate and up): dx = the sum of their input gradients, each GEMM adding onto
+// the last (beta = 1, no separate add and no tensor per linear), then one all-reduce of
+// the sum over ctx.tp() where each linear alone would all-reduce its own (Megatron fuses
+// such linears into one for the same reason), running while the weight-grad GEMMs run.
+template <class Ctx>
+void shared_input_backward(Ctx& ctx, std::initializer_list<column_grad<Ctx>> parts, tensor_for<Ctx>& dx) {
+  expects<config_error>(parts.size() > 0, "shared_input_backward: no linears given");
+  const column_grad<Ctx>& first = *parts.begin();
+  bool dist = false, accumulate = false;
+  for (const column_grad<Ctx>& p : parts) {
+    expects<config_error>(p.c.x == first.c.x && p.layer.tp_size == first.layer.tp_size, [&] {
+      return strata::cat("shared_input_backward: '", p.layer.weight.name, "' and '", first.layer.weight.name,
+                         "' must have read the same input over the same tensor-parallel ranks (", p.layer.tp_size,
+                         " and ", first.layer.tp_size, ")");
+    });
+    dist = p.layer.input_grad(ctx, p.dy, dx, p.c, accumulate);
+    accumulate = true;
+  }
+  // Each rank's dx is the contribution of its output slices: the sum is the full dx. The
+  // all-reduce runs on the communicator's lane (NCCL: its stream) while the weight-grad
+  // GEMMs run here (on the compute stream). It sums in the activation type, as Megatron
+  // all-reduces bf16 input gradients: half the traffic of float partials and no float
+  // buffer, for one rounding per rank added.
+  request pending = dist ? detail::tp_all_reduce_async(ctx, dx.span()) : request{};
+  for (const column_grad<Ctx>& p : parts) p.layer.param_grads(ctx, p.dy, p.c);
+  pending.wait();
+}
 
 // Checks divisibility and declares each param's slice of the full tensor; the weight
 // starts like torch.nn.Linear's (uniform in +-1/sqrt(in)), drawn over the full weight.
