@@ -55,12 +55,12 @@ int main(int argc, char** argv) {
   return examples::run_main("bench/pipeline", usage, env.rank(), argc, argv, [&]() -> int {
     examples::args a(argc, argv, {});
     gpt::config cfg;
-    cfg.dim = static_cast<int>(a.integer("dim", 96));
-    cfg.seq = static_cast<int>(a.integer("seq", 32));
+    cfg.dim = a.count("dim", 96);
+    cfg.seq = a.count("seq", 32);
     cfg.heads = 4;
-    cfg.layers = static_cast<int>(a.integer("layers", 6));
-    cfg.vocab = static_cast<int>(a.integer("vocab", 256));
-    const long steps = a.integer("steps", 6), rows = a.integer("rows", 8);
+    cfg.layers = a.count("layers", 6);
+    cfg.vocab = a.count("vocab", 256);
+    const long steps = a.integer("steps", 6, 2), rows = a.integer("rows", 8, 1);
     a.check_all_used();
     auto& w = env.world();
     if (w.rank() == 0)

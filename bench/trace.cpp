@@ -86,16 +86,16 @@ int main(int argc, char** argv) {
   return examples::run_main("bench/trace", usage, env.rank(), argc, argv, [&] {
     examples::args a(argc, argv, {});
     gpt::config cfg;
-    cfg.dim = static_cast<int>(a.integer("dim", 256));
-    cfg.layers = static_cast<int>(a.integer("layers", 4));
-    cfg.heads = static_cast<int>(a.integer("heads", 8));
-    cfg.seq = static_cast<int>(a.integer("seq", 128));
-    cfg.vocab = static_cast<int>(a.integer("vocab", 512));
-    const long batch = a.integer("batch", 16);
-    const long rounds = std::max(1L, a.integer("rounds", 6)), steps = std::max(1L, a.integer("steps", 4));
-    const int zero = static_cast<int>(a.integer("zero", 1));
+    cfg.dim = a.count("dim", 256);
+    cfg.layers = a.count("layers", 4);
+    cfg.heads = a.count("heads", 8);
+    cfg.seq = a.count("seq", 128);
+    cfg.vocab = a.count("vocab", 512);
+    const long batch = a.integer("batch", 16, 1);
+    const long rounds = a.integer("rounds", 6, 1), steps = a.integer("steps", 4, 1);
+    const int zero = a.count("zero", 1, 0);
     strata::trainer_options opts;
-    opts.micro_batches = static_cast<int>(a.integer("micro-batches", 2));
+    opts.micro_batches = a.count("micro-batches", 2);
     opts.schedule = strata::lr_schedule::constant(1e-3);
     a.check_all_used();
     strata::expects<strata::config_error>(batch % (static_cast<long>(env.size()) * opts.micro_batches) == 0, [&] {

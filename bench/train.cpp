@@ -179,9 +179,8 @@ int main(int argc, char** argv) {
     profile = a.flag("profile");
     const auto models = split(a.str("models", "gpt,qwen2"));
     const auto names = split(a.str("sizes", "S,M,L"));
-    const long steps = a.integer("steps", 5), warmup = a.integer("warmup", 2);
+    const long steps = a.integer("steps", 5, 1), warmup = a.integer("warmup", 2, 0);
     a.check_all_used();
-    strata::expects<strata::config_error>(steps >= 1 && warmup >= 0, "--steps must be >= 1 and --warmup >= 0");
     for (const auto& m : models)
       if (m != "gpt" && m != "qwen2") throw examples::usage_error("--models: '" + m + "' is not one of gpt, qwen2");
     for (const auto& n : names) (void)size_named(gpt_sizes, n);

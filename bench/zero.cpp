@@ -70,14 +70,14 @@ int main(int argc, char** argv) {
   return examples::run_main("bench/zero", usage, env.rank(), argc, argv, [&]() -> int {
     examples::args a(argc, argv, {});
     mlp::shape_config shape;
-    shape.features = static_cast<int>(a.integer("features", 256));
-    shape.hidden = static_cast<int>(a.integer("hidden", 1024));
-    shape.layers = static_cast<int>(a.integer("layers", 4));
-    shape.classes = static_cast<int>(a.integer("classes", 16));
-    const long batch = a.integer("batch", 256), steps = std::max(3L, a.integer("steps", 12));
+    shape.features = a.count("features", 256);
+    shape.hidden = a.count("hidden", 1024);
+    shape.layers = a.count("layers", 4);
+    shape.classes = a.count("classes", 16);
+    const long batch = a.integer("batch", 256, 1), steps = a.integer("steps", 12, 3);
     const std::string precision = a.str("precision", "fp32");
     strata::trainer_options opts;
-    opts.bucket_elems = static_cast<std::size_t>(a.integer("bucket", 1 << 18));
+    opts.bucket_elems = static_cast<std::size_t>(a.integer("bucket", 1 << 18, 1));
     opts.schedule = strata::lr_schedule::constant(1e-3);
     a.check_all_used();
 

@@ -1,10 +1,14 @@
 // A tiny command-line reader for the examples: --name value pairs and --flag switches,
 // with a clear error for unknown options and values of the wrong type, and --help.
 #pragma once
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <limits>
 #include <map>
 #include <memory>
+#include <new>
 #include <set>
 #include <string>
 #include <string_view>
@@ -53,7 +57,8 @@ inline std::unique_ptr<strata::environment> start_environment(const char* progra
 }
 
 // What main does with the outcome of its body: --help prints the usage (exit 0); an error
-// prints one line on rank 0, with the usage after a usage_error (exit 2). A communication
+// prints one line on rank 0, with the usage after a usage_error (exit 2); running out of
+// host memory, or any other exception, one line too (exit 2), never an abort. A communication
 // error is printed by every rank that sees it: the failed peer may be rank 0 itself, and
 // each survivor's line names its own communicator and rank.
 template <class Body>
@@ -70,6 +75,12 @@ int run_main(const char* program, const char* usage, int rank, int argc, char** 
     std::fprintf(stderr, "%s: error: %s\n", program, e.what());
   } catch (const strata::error& e) {
     if (rank == 0) std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+  } catch (const std::bad_alloc&) {
+    // Printed by every rank that ran out: ranks may differ in what they hold.
+    std::fprintf(stderr, "%s: error: rank %d is out of host memory: the run's sizes need more than this machine has\n",
+                 program, rank);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
   }
   return 2;
 }
@@ -102,15 +113,26 @@ class args {
     auto it = values_.find(k);
     return it == values_.end() ? def : it->second;
   }
-  long integer(const std::string& k, long def) {
+  // An integer in [min, max]: anything else is a usage error naming the option, never a
+  // value that wraps, is cut to an int, or divides by zero later.
+  long integer(const std::string& k, long def, long min = std::numeric_limits<long>::min(),
+               long max = std::numeric_limits<long>::max()) {
     used_.insert(k);
     auto it = values_.find(k);
     if (it == values_.end()) return def;
     char* end = nullptr;
-    long v = std::strtol(it->second.c_str(), &end, 10);
+    errno = 0;
+    const long v = std::strtol(it->second.c_str(), &end, 10);
     if (end == it->second.c_str() || *end)
       throw usage_error("--" + k + " expects an integer, got '" + it->second + "'");
+    if (errno == ERANGE || v > max)
+      throw usage_error("--" + k + " " + it->second + " is too large (at most " + std::to_string(max) + ")");
+    if (v < min) throw usage_error("--" + k + " " + it->second + " is less than " + std::to_string(min));
     return v;
+  }
+  // An int of at least min (a count or a size: ranks, layers, features).
+  int count(const std::string& k, int def, int min = 1) {
+    return static_cast<int>(integer(k, def, min, std::numeric_limits<int>::max()));
   }
   double real(const std::string& k, double def) {
     used_.insert(k);

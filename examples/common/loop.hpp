@@ -56,17 +56,17 @@ struct loop_options {
 
   // Reads the common options with this program's defaults.
   void read(args& a, long default_steps, long default_batch) {
-    steps = a.integer("steps", default_steps);
-    batch = a.integer("batch", default_batch);
-    seed = static_cast<std::uint64_t>(a.integer("seed", 1));
+    steps = a.integer("steps", default_steps, 0);
+    batch = a.integer("batch", default_batch, 1);
+    seed = static_cast<std::uint64_t>(a.integer("seed", 1, 0));
     report = a.str("report", "");
     quiet = a.flag("quiet");
     save = a.str("save", "");
     load = a.str("load", "");
-    save_every = a.integer("save-every", 0);
+    save_every = a.integer("save-every", 0, 0);
     export_path = a.str("export", "");
     init_path = a.str("init", "");
-    log_every = a.integer("log-every", 1);
+    log_every = a.integer("log-every", 1, 1);
     metrics = a.str("metrics", "");
     trace = a.str("trace", "");
     profile = a.flag("profile");
@@ -94,11 +94,12 @@ struct loop_options {
   }
   void validate(int dp, int micro_batches) const {
     strata::expects<strata::config_error>(steps >= 0, [&] { return strata::cat("--steps ", steps, " is negative"); });
-    strata::expects<strata::config_error>(batch > 0 && batch % (static_cast<long>(dp) * micro_batches) == 0, [&] {
-      return strata::cat("--batch ", batch,
-                         " must be a positive multiple of data-parallel ranks x micro-batches = ", dp, " x ",
-                         micro_batches);
-    });
+    strata::expects<strata::config_error>(
+        batch > 0 && dp >= 1 && micro_batches >= 1 && batch % (static_cast<long>(dp) * micro_batches) == 0, [&] {
+          return strata::cat("--batch ", batch,
+                             " must be a positive multiple of data-parallel ranks x micro-batches = ", dp, " x ",
+                             micro_batches);
+        });
     strata::expects<strata::config_error>(log_every >= 1,
                                           [&] { return strata::cat("--log-every ", log_every, " is not >= 1"); });
     strata::expects<strata::config_error>(peak_flops >= 0,

@@ -80,10 +80,10 @@ int main(int argc, char** argv) {
     o.mask = a.str("mask", "");
     o.val = a.str("val", "");
     o.val_mask = a.str("val-mask", "");
-    o.val_every = a.integer("val-every", 0);
-    o.val_steps = a.integer("val-steps", 8);
-    if (a.has("shuffle")) o.shuffle = static_cast<std::uint64_t>(a.integer("shuffle", 0));
-    o.seq = a.integer("seq", 256);
+    o.val_every = a.integer("val-every", 0, 0);
+    o.val_steps = a.integer("val-steps", 8, 1);
+    if (a.has("shuffle")) o.shuffle = static_cast<std::uint64_t>(a.integer("shuffle", 0, 0));
+    o.seq = a.integer("seq", 256, 1);
     o.weight_decay = static_cast<float>(a.real("weight-decay", 0.01));
     o.hf_export = a.str("export", "");
     o.export_dtype = a.str("export-dtype", "");
@@ -94,25 +94,25 @@ int main(int argc, char** argv) {
     lo.tokens_per_sample = static_cast<double>(o.seq);
     lo.export_path.clear();  // --export is a Hugging Face directory here, written by run
     strata::runtime_policies pol;
-    pol.zero_stage = static_cast<int>(a.integer("zero", 0));
+    pol.zero_stage = a.count("zero", 0, 0);
     pol.offload = a.flag("offload");
     pol.precision = a.str("precision", "fp32");
     pol.schedule = a.str("schedule", "1f1b");
-    o.tp = static_cast<int>(a.integer("tp", 1));
-    o.pp = static_cast<int>(a.integer("pp", 1));
+    o.tp = a.count("tp", 1);
+    o.pp = a.count("pp", 1);
     strata::trainer_options opts;
-    opts.micro_batches = static_cast<int>(a.integer("micro-batches", 1));
+    opts.micro_batches = a.count("micro-batches", 1);
     const double lr = a.real("lr", 1e-5);
     opts.lr = static_cast<float>(lr);
     opts.max_grad_norm = static_cast<float>(a.real("clip", 0.0));
     opts.seed = lo.seed;
-    opts.bucket_elems = static_cast<std::size_t>(a.integer("bucket", 1 << 22));
+    opts.bucket_elems = static_cast<std::size_t>(a.integer("bucket", 1 << 22, 1));
     if (a.flag("recompute")) opts.recompute = {"layers"};
     opts.offload_params = a.flag("offload-param");
-    const long warmup = a.integer("warmup", 0);
+    const long warmup = a.integer("warmup", 0, 0);
     opts.schedule =
         warmup > 0 ? strata::lr_schedule::linear_warmup(0.0, opts.lr, warmup) : strata::lr_schedule::constant(opts.lr);
-    const int world = plan ? static_cast<int>(a.integer("world", env.size())) : env.size();
+    const int world = plan ? a.count("world", env.size()) : env.size();
     if (model.rfind("random:", 0) == 0) {
       o.model = strata::models::qwen2_config::load(random_config(model.substr(7)));
     } else if (!model.empty()) {
@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
       return strata::cat("--seq ", o.seq, " is not in [1, max_position_embeddings = ", o.model.max_position_embeddings,
                          "] of ", o.model.source);
     });
-    strata::expects<strata::config_error>(world % (o.tp * o.pp) == 0, [&] {
+    strata::expects<strata::config_error>(world % (static_cast<long>(o.tp) * o.pp) == 0, [&] {
       return strata::cat("tp x pp = ", o.tp, " x ", o.pp, " does not divide ", world, " processes");
     });
     o.model.validate(o.model.source, o.tp);

@@ -44,7 +44,8 @@ for part in "blocks forward" "blocks backward" "loss backward" "optimizer" "grad
 done
 grep -A14 '^profile of step 8' "$work/profiled.log"
 # Bad input: a clear error, exit code 2, no hang.
-for bad in "--zero 5" "--micro-batches 0" "--steps -1" "--lr -0.1" "--precision fp8" "--batch 30 --micro-batches 4" "--zero 0 --offload" "--bogus 1"; do
+for bad in "--zero 5" "--micro-batches 0" "--steps -1" "--lr -0.1" "--precision fp8" "--batch 30 --micro-batches 4" \
+  "--zero 0 --offload" "--bogus 1" "--bucket -5" "--features 0" "--hidden 4294967297"; do
   set +e
   out=$("$mpiexec" -n 2 "$mlp" $bad --quiet 2>&1)
   rc=$?

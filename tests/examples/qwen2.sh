@@ -84,6 +84,11 @@ bad() {
 }
 bad "is not in \[1, max_position_embeddings = 512\]" "${data[@]}" --seq 1024 --steps 1
 bad "must be a positive multiple of data-parallel ranks x micro-batches" "${data[@]}" --seq 64 --batch 5 --micro-batches 2 --steps 1
+# Counts out of range are named before anything divides by them or cuts them to an int.
+bad "error: --micro-batches 0 is less than 1" "${data[@]}" --seq 64 --micro-batches 0 --steps 1
+bad "error: --tp 0 is less than 1" "${data[@]}" --seq 64 --tp 0 --steps 1
+bad "error: --pp 4294967297 is too large (at most 2147483647)" "${data[@]}" --seq 64 --pp 4294967297 --steps 1
+bad "error: --bucket -5 is less than 1" "${data[@]}" --seq 64 --bucket -5 --steps 1
 python3 - "$work/big.bin" <<'PY'
 import struct, sys
 tokens = [1, 2, 300, 4] * 40
