@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -14,6 +15,8 @@
 #include <string_view>
 #include <type_traits>
 #include <vector>
+
+#include <unistd.h>
 
 #include <strata/comm/environment.hpp>
 #include <strata/io/export.hpp>
@@ -284,6 +287,27 @@ inline std::unique_ptr<strata::mlflow_run> open_mlflow(const loop_options& o, in
 }
 #endif
 
+// --report is written by rank 0 once the run is over: a place it cannot be written is
+// said before the first step (on every rank, so that none waits for the others), not
+// after the run.
+inline void check_report_path(strata::world_comm& world, const std::string& path) {
+  int failed = 0;
+  if (world.rank() == 0 && !path.empty()) {
+    const std::filesystem::path p(path), parent = p.parent_path().empty() ? "." : p.parent_path();
+    std::error_code ec;
+    failed = std::filesystem::is_directory(parent, ec) && !std::filesystem::is_directory(p, ec) &&
+                     ::access(parent.c_str(), W_OK) == 0
+                 ? 0
+                 : 1;
+  }
+  world.broadcast(std::span<int>(&failed, 1), 0);
+  strata::expects<strata::config_error>(failed == 0, [&] {
+    return "--report " + path +
+           ": cannot be written there (its directory must exist and be writable, and the path "
+           "must not be a directory)";
+  });
+}
+
 // Trains from step 0 (or the loaded checkpoint's step) to o.steps. fill(step, batch)
 // produces this rank's rows of that step: the data position is the step, so a resumed
 // run sees the same samples as one that never stopped. after_step(steps done) runs after
@@ -306,6 +330,7 @@ loop_result train_loop_on(Handle& tr, const loop_options& o, int world_rank, dou
   r.mlflow = open_mlflow(o, world_rank, header);
   if (r.mlflow) po.on_step = [&r](const nlohmann::json& record, long step) { r.mlflow->log_metrics(record, step); };
 #endif
+  check_report_path(*tr.world, o.report);
   strata::progress_log progress(*tr.world, po, header);
   strata::trace_session trace(*tr.world, o.trace);
   strata::batch<> b;
@@ -434,7 +459,11 @@ nlohmann::json base_report(Trainer& tr, const loop_result& r, nlohmann::json per
 }
 
 inline void write_report(const std::string& path, const nlohmann::json& j) {
-  if (!path.empty()) std::ofstream(path) << j.dump(2) << "\n";
+  if (path.empty()) return;
+  std::ofstream f(path);
+  f << j.dump(2) << "\n";
+  f.close();
+  if (!f) throw strata::error("--report " + path + ": cannot be written");
 }
 
 }  // namespace examples

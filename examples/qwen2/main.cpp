@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
     qwen2::run_options o;
     const std::string model = a.str("model", "");
     o.tokenizer_dir = a.str("tokenizer", "");
+    if (!o.tokenizer_dir.empty()) qwen2::require_tokenizer_dir(o.tokenizer_dir);
     const bool plan = a.flag("plan");
     o.data = a.str("data", "");
     o.mask = a.str("mask", "");

@@ -2,6 +2,8 @@
 // translation units (run_fp32.cpp, run_bf16.cpp, run_fp16.cpp: one per precision, so
 // that the build compiles them in parallel) and the CUDA ones (run_cuda_<precision>.cu).
 #pragma once
+#include <algorithm>
+#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -57,14 +59,27 @@ int run_cuda_fp16(const run_args& a);
 
 // The files a Hugging Face directory needs besides the weights, copied from the model's
 // (or --tokenizer's) directory so that the export loads with its tokenizer.
+inline constexpr std::array<const char*, 6> tokenizer_files = {
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+    "merges.txt",     "generation_config.json"};
 inline void copy_tokenizer_files(const std::string& from, const std::filesystem::path& to) {
   if (from.empty()) return;
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                        "merges.txt", "generation_config.json"}) {
+  for (const char* f : tokenizer_files) {
     const auto src = std::filesystem::path(from) / f;
     if (std::filesystem::exists(src))
       std::filesystem::copy_file(src, to / f, std::filesystem::copy_options::overwrite_existing);
   }
+}
+// --tokenizer names a directory to copy from: one without any of those files is a mistake,
+// said before the run rather than an export without its tokenizer after it.
+inline void require_tokenizer_dir(const std::string& dir) {
+  const bool any = std::any_of(tokenizer_files.begin(), tokenizer_files.end(),
+                               [&](const char* f) { return std::filesystem::exists(std::filesystem::path(dir) / f); });
+  strata::expects<strata::config_error>(any, [&] {
+    std::string names;
+    for (const char* f : tokenizer_files) names += std::string(names.empty() ? "" : ", ") + f;
+    return "--tokenizer " + dir + ": none of a Hugging Face tokenizer's files is there (" + names + ")";
+  });
 }
 
 template <class Space, class Sharding, class Precision, class Schedule>

@@ -89,6 +89,9 @@ bad "error: --micro-batches 0 is less than 1" "${data[@]}" --seq 64 --micro-batc
 bad "error: --tp 0 is less than 1" "${data[@]}" --seq 64 --tp 0 --steps 1
 bad "error: --pp 4294967297 is too large (at most 2147483647)" "${data[@]}" --seq 64 --pp 4294967297 --steps 1
 bad "error: --bucket -5 is less than 1" "${data[@]}" --seq 64 --bucket -5 --steps 1
+# Where the run's outputs cannot go, it says so before the first step.
+bad "error: --report $work/none/r.json: cannot be written there" "${data[@]}" --seq 64 --steps 1 --report "$work/none/r.json"
+bad "error: --tokenizer $work: none of a Hugging Face tokenizer's files is there" "${data[@]}" --tokenizer "$work" --steps 1
 python3 - "$work/big.bin" <<'PY'
 import struct, sys
 tokens = [1, 2, 300, 4] * 40
