@@ -253,6 +253,14 @@ struct loop_result {
   double idle_seconds = 0, step_seconds = 0;
   std::size_t params = 0;
   std::string hash;
+  // The last step's loss for the final line, or why there is none (--steps 0, or a
+  // checkpoint already at --steps): never a 0 that reads as a loss.
+  std::string final_loss_text() const {
+    if (losses.empty()) return "none (no step ran)";
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6f", static_cast<double>(last.loss));
+    return buf;
+  }
 #if STRATA_HAS_MLFLOW
   // Rank 0's MLflow run, open until the result goes: FINISHED then, or FAILED if an
   // exception unwinds it.
@@ -431,7 +439,7 @@ nlohmann::json base_report_from(const char* device, const std::vector<long>& ski
                                 const loop_result& r, nlohmann::json per_rank) {
   nlohmann::json j;
   j["device"] = device;
-  j["final_loss"] = r.last.loss;
+  j["final_loss"] = r.losses.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.last.loss);
   j["losses"] = r.losses;
   j["weights_hash"] = r.hash;
   // A GEMM's bits depend on how many threads split it, and a row's sums on the SIMD

@@ -45,9 +45,9 @@ int run(const run_args& a) {
   a.env.world().all_reduce(std::span<double>(&fraction, 1), strata::reduce_op::avg);
   auto per_rank = examples::memory_per_rank(tr, a.env.world(), g.pp_rank(), base_rss);
   if (a.env.rank() == 0) {
-    std::printf("final loss %.6f  weights_hash %s  tp %d dp %d pp %d  %s/%s  idle %.3f  params %zu  device %s\n",
-                static_cast<double>(r.last.loss), r.hash.c_str(), a.tp, dp, a.pp, Sharding::name, Schedule::name,
-                fraction, r.params, Space::name);
+    std::printf("final loss %s  weights_hash %s  tp %d dp %d pp %d  %s/%s  idle %.3f  params %zu  device %s\n",
+                r.final_loss_text().c_str(), r.hash.c_str(), a.tp, dp, a.pp, Sharding::name, Schedule::name, fraction,
+                r.params, Space::name);
     auto j = examples::base_report(tr, r, std::move(per_rank));
     j["pipeline_idle_fraction"] = fraction;
     j["layout"] = {{"tp", a.tp}, {"dp", dp}, {"pp", a.pp}, {"zero", Sharding::name}, {"schedule", Schedule::name}};

@@ -38,8 +38,8 @@ int run(const run_args& a) {
                            });
   auto per_rank = examples::memory_per_rank(tr, a.env.world(), 0, base_rss);
   if (rank == 0) {
-    std::printf("final loss %.6f  weights_hash %s  policy %s/%s/%s  device %s  ranks %d  params %zu\n",
-                static_cast<double>(r.last.loss), r.hash.c_str(), Sharding::name, Optimizer::name, Precision::name,
+    std::printf("final loss %s  weights_hash %s  policy %s/%s/%s  device %s  ranks %d  params %zu\n",
+                r.final_loss_text().c_str(), r.hash.c_str(), Sharding::name, Optimizer::name, Precision::name,
                 Space::name, ranks, r.params);
     auto j = examples::base_report(tr, r, std::move(per_rank));
     j["policy"] = {{"sharding", Sharding::name}, {"optimizer", Optimizer::name}, {"precision", Precision::name}};

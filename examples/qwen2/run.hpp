@@ -159,8 +159,8 @@ int run(const run_args& a) {
   const double tokens_per_s = seconds > 0 ? tokens_per_step * static_cast<double>(timed) / seconds : 0;
   auto per_rank = examples::memory_per_rank(tr, a.env.world(), g.pp_rank(), base_rss);
   if (rank == 0) {
-    std::printf("final loss %.6f  weights_hash %s  tp %d dp %d pp %d  %s/%s/%s  %.0f tokens/s  params %zu\n",
-                static_cast<double>(r.last.loss), r.hash.c_str(), o.tp, dp, o.pp, Sharding::name, Precision::name,
+    std::printf("final loss %s  weights_hash %s  tp %d dp %d pp %d  %s/%s/%s  %.0f tokens/s  params %zu\n",
+                r.final_loss_text().c_str(), r.hash.c_str(), o.tp, dp, o.pp, Sharding::name, Precision::name,
                 Schedule::name, tokens_per_s, r.params);
     auto j = examples::base_report(tr, r, std::move(per_rank));
     j["val_losses"] = val_losses;

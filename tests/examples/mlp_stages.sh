@@ -76,8 +76,12 @@ assert f"{h:016x}" == report["weights_hash"], (f"{h:016x}", report["weights_hash
 print("export: safetensors holds the hashed weights", report["weights_hash"])
 PY
 # ... and they come back in as initial weights, at another layout.
-"$mpiexec" -n 2 "$mlp" --zero 1 --steps 0 --quiet --init "$work/model.safetensors" --report "$work/import.json"
+out=$("$mpiexec" -n 2 "$mlp" --zero 1 --steps 0 --quiet --init "$work/model.safetensors" --report "$work/import.json")
 [ "$(hash_of "$work/import.json")" = "$(hash_of "$work/export.json")" ] || { echo "FAILED: --init did not load the exported weights"; exit 1; }
+# No step ran: no loss to report, not a 0 that reads as one.
+grep -q "^final loss none (no step ran) " <<<"$out" || { echo "FAILED: --steps 0's final line: $out"; exit 1; }
+python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["final_loss"] is None' "$work/import.json" ||
+    { echo "FAILED: --steps 0's report has a final_loss"; exit 1; }
 
 # A DeepSpeed config decides the policies: ZeRO-2, bf16, AdamW, batch 64 in 2 micro-batches.
 cfg=$(dirname "$0")/../../examples/configs/ds_zero2_bf16.json
