@@ -6,7 +6,6 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
-#include <chrono>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -14,8 +13,8 @@
 #include <variant>
 
 #include "../core/config.hpp"
-#include "comm_forms.hpp"
 #include "communicator.hpp"
+#include "detail/held_comm.hpp"
 #include "device_comm_kind.hpp"
 #include "nccl.hpp"
 #if STRATA_HAS_MPI
@@ -25,30 +24,19 @@
 
 namespace strata {
 
-class device_comm : public comm_forms<device_comm> {
- public:
+namespace detail {
 #if STRATA_HAS_MPI
-  using impl_type = std::variant<nccl_comm, mpi_device_comm>;
+using device_comm_variant = std::variant<nccl_comm, mpi_device_comm>;
 #else
-  using impl_type = std::variant<nccl_comm>;
+using device_comm_variant = std::variant<nccl_comm>;
 #endif
+}  // namespace detail
 
-  explicit device_comm(nccl_comm c) : c_(std::move(c)) {}
-
- private:
-  // Before the members that use it: their return types are deduced from it.
-  template <class F>
-  decltype(auto) visit(F&& f) {
-    return std::visit(std::forward<F>(f), c_);
-  }
-  template <class F>
-  decltype(auto) visit(F&& f) const {
-    return std::visit(std::forward<F>(f), c_);
-  }
-
+class device_comm : public detail::held_comm<device_comm, detail::device_comm_variant> {
  public:
+  explicit device_comm(nccl_comm c) : held_comm(std::move(c)) {}
 #if STRATA_HAS_MPI
-  explicit device_comm(mpi_device_comm c) : c_(std::move(c)) {}
+  explicit device_comm(mpi_device_comm c) : held_comm(std::move(c)) {}
 #endif
 
   // Collective over `host`: a device communicator of `kind` over the same processes,
@@ -76,12 +64,6 @@ class device_comm : public comm_forms<device_comm> {
   }
 
   device_comm_kind kind() const noexcept { return c_.index() == 0 ? device_comm_kind::nccl : device_comm_kind::mpi; }
-  int rank() const {
-    return visit([](auto& c) { return c.rank(); });
-  }
-  int size() const {
-    return visit([](auto& c) { return c.size(); });
-  }
   int device() const {
     return visit([](auto& c) { return c.device(); });
   }
@@ -91,82 +73,24 @@ class device_comm : public comm_forms<device_comm> {
   void set_compute_stream(cudaStream_t s) {
     visit([&](auto& c) { c.set_compute_stream(s); });
   }
-  const std::string& name() const {
-    return visit([](auto& c) -> const std::string& { return c.name(); });
-  }
-  void set_name(std::string n) {
-    visit([&](auto& c) { c.set_name(std::move(n)); });
-  }
-  std::chrono::duration<double> timeout() const {
-    return visit([](auto& c) { return c.timeout(); });
-  }
-  void set_timeout(std::chrono::duration<double> t) {
-    visit([&](auto& c) { c.set_timeout(t); });
-  }
-
-  template <comm_element T>
-  request all_reduce_async(std::span<T> data, reduce_op op = reduce_op::sum) {
-    return visit([&](auto& c) { return c.all_reduce_async(data, op); });
-  }
-  template <class U, comm_element T>
-  requires std::is_same_v<std::remove_const_t<U>, T>
-  request reduce_scatter_async(std::span<U> in, std::span<T> out, reduce_op op = reduce_op::sum) {
-    return visit([&](auto& c) { return c.reduce_scatter_async(in, out, op); });
-  }
-  template <class U, comm_element T>
-  requires std::is_same_v<std::remove_const_t<U>, T>
-  request all_gather_async(std::span<U> in, std::span<T> out) {
-    return visit([&](auto& c) { return c.all_gather_async(in, out); });
-  }
   template <class U, comm_element T>
   requires std::is_same_v<std::remove_const_t<U>, T>
   request all_gather_from_host_async(std::span<U> in, std::span<T> out) {
     return visit([&](auto& c) { return c.all_gather_from_host_async(in, out); });
-  }
-  template <comm_element T>
-  request broadcast_async(std::span<T> data, int root) {
-    return visit([&](auto& c) { return c.broadcast_async(data, root); });
-  }
-  template <class U>
-  requires comm_element<std::remove_const_t<U>>
-  request send_async(std::span<U> data, int dest, int tag = 0) {
-    return visit([&](auto& c) { return c.send_async(data, dest, tag); });
-  }
-  template <comm_element T>
-  request recv_async(std::span<T> data, int src, int tag = 0) {
-    return visit([&](auto& c) { return c.recv_async(data, src, tag); });
   }
   template <class U, comm_element T>
   requires std::is_same_v<std::remove_const_t<U>, T>
   request send_recv_async(std::span<U> out, int dest, std::span<T> in, int src, int tag = 0) {
     return visit([&](auto& c) { return c.send_recv_async(out, dest, in, src, tag); });
   }
-  request barrier_async() {
-    return visit([](auto& c) { return c.barrier_async(); });
-  }
-  void barrier() {
-    visit([](auto& c) { c.barrier(); });
-  }
   void synchronize() {
     visit([](auto& c) { c.synchronize(); });
   }
-  device_comm split(int color, int key) {
-    return visit([&](auto& c) { return device_comm(c.split(color, key)); });
+  template <class U, comm_element T>
+  requires std::is_same_v<std::remove_const_t<U>, T>
+  void send_recv(std::span<U> out, int dest, std::span<T> in, int src, int tag = 0) {
+    visit([&](auto& c) { c.send_recv(out, dest, in, src, tag); });
   }
-
-  // For comm_forms: the held communicator's own blocking mode, where it has one.
-  template <class Launch>
-  void run_blocking(Launch& launch) {
-    visit([&](auto& c) {
-      if constexpr (requires { c.run_blocking(launch); })
-        c.run_blocking(launch);
-      else
-        launch().wait();
-    });
-  }
-
- private:
-  impl_type c_;
 };
 
 static_assert(communicator<device_comm>);

@@ -18,11 +18,10 @@
 #include <vector>
 
 #include "../core/error.hpp"
-#include "comm_forms.hpp"
 #include "communicator.hpp"
 #include "detail/gloo_exec.hpp"
+#include "detail/lane_comm.hpp"
 #include "detail/rendezvous.hpp"
-#include "detail/size_checks.hpp"
 #include "reduce_op.hpp"
 #include "request.hpp"
 
@@ -31,7 +30,7 @@ namespace strata {
 // Buffers passed to an *_async call belong to the operation until its request completes;
 // a blocking form is its asynchronous form followed by wait(). Send and receive match by
 // peer and tag, in order.
-class gloo_comm : public comm_forms<gloo_comm> {
+class gloo_comm : public detail::lane_comm<gloo_comm, detail::gloo_task> {
  public:
   // Collective over the whole job: every rank calls it with the same MASTER_ADDR,
   // MASTER_PORT and WORLD_SIZE; rank 0 hosts the rendezvous that swaps the addresses.
@@ -67,38 +66,6 @@ class gloo_comm : public comm_forms<gloo_comm> {
   void set_name(std::string name) { state().set_name(std::move(name)); }
   std::chrono::duration<double> timeout() const { return state().queue().timeout(); }
   void set_timeout(std::chrono::duration<double> t) { state().set_timeout(t); }
-
-  // ---- asynchronous forms: queued on the lane, return at once ----
-  template <comm_element T>
-  request all_reduce_async(std::span<T> data, reduce_op op = reduce_op::sum) {
-    return submit(all_reduce_task(data, op));
-  }
-  template <class U, comm_element T>
-  requires std::is_same_v<std::remove_const_t<U>, T>
-  request reduce_scatter_async(std::span<U> in, std::span<T> out, reduce_op op = reduce_op::sum) {
-    return submit(reduce_scatter_task(in, out, op));
-  }
-  // `in` may be out's own block (out.subspan(rank() * in.size(), in.size())): gathered in place.
-  template <class U, comm_element T>
-  requires std::is_same_v<std::remove_const_t<U>, T>
-  request all_gather_async(std::span<U> in, std::span<T> out) {
-    return submit(all_gather_task(in, out));
-  }
-  template <comm_element T>
-  request broadcast_async(std::span<T> data, int root) {
-    return submit(broadcast_task(data, root));
-  }
-  template <class U>
-  requires comm_element<std::remove_const_t<U>>
-  request send_async(std::span<U> data, int dest, int tag = 0) {
-    return submit(p2p_task<std::remove_const_t<U>>(detail::gloo_task::kind::send, data.data(), data.size(), dest, tag));
-  }
-  template <comm_element T>
-  request recv_async(std::span<T> data, int src, int tag = 0) {
-    return submit(p2p_task<T>(detail::gloo_task::kind::recv, data.data(), data.size(), src, tag));
-  }
-  request barrier_async() { return submit(detail::gloo_task{}); }
-  void barrier() { barrier_async().wait(); }
 
   // Collective: ranks with the same color form a communicator, ordered by key then rank.
   gloo_comm split(int color, int key) {
@@ -175,6 +142,7 @@ class gloo_comm : public comm_forms<gloo_comm> {
     expects<comm_error>(s_ != nullptr, [&] { return "use of a moved-from strata::gloo_comm"; });
     return *s_;
   }
+  friend class detail::lane_comm<gloo_comm, detail::gloo_task>;
   template <class T>
   static detail::gloo_task task(detail::gloo_task::kind k, std::size_t count) {
     detail::gloo_task t;
@@ -184,75 +152,20 @@ class gloo_comm : public comm_forms<gloo_comm> {
     return t;
   }
   template <class T>
-  static detail::gloo_task::reduce_fn reduce_of(reduce_op op) {
+  static void set_reduce(detail::gloo_task& t, reduce_op op) {
     switch (op) {
-      case reduce_op::max: return &detail::gloo_reduce<T, detail::f_max>;
-      case reduce_op::min: return &detail::gloo_reduce<T, detail::f_min>;
-      default: return &detail::gloo_reduce<T, detail::f_sum>;
+      case reduce_op::max: t.reduce = &detail::gloo_reduce<T, detail::f_max>; break;
+      case reduce_op::min: t.reduce = &detail::gloo_reduce<T, detail::f_min>; break;
+      default: t.reduce = &detail::gloo_reduce<T, detail::f_sum>;
     }
   }
-  template <class T>
-  detail::gloo_task all_reduce_task(std::span<T> data, reduce_op op) const {
-    auto t = task<T>(detail::gloo_task::kind::all_reduce, data.size());
-    t.out = data.data();
-    t.n = data.size();
-    t.reduce = reduce_of<T>(op);
-    if (op == reduce_op::avg) t.finish = &detail::divide_by_size<T>;
-    return t;
-  }
-  template <class U, class T>
-  detail::gloo_task reduce_scatter_task(std::span<U> in, std::span<T> out, reduce_op op) const {
-    detail::check_reduce_scatter_args(in, out, size(), name());
-    auto t = task<T>(detail::gloo_task::kind::reduce_scatter, in.size());
-    t.in = in.data();
-    t.out = out.data();
-    t.n = out.size();
-    t.reduce = reduce_of<T>(op);
-    if (op == reduce_op::avg) t.finish = &detail::divide_by_size<T>;
-    return t;
-  }
-  template <class U, class T>
-  detail::gloo_task all_gather_task(std::span<U> in, std::span<T> out) const {
-    detail::check_all_gather_args(in, out, rank(), size(), name());
-    auto t = task<T>(detail::gloo_task::kind::all_gather, out.size());
-    t.in = in.data();
-    t.out = out.data();
-    t.n = in.size();
-    return t;
-  }
-  template <class T>
-  detail::gloo_task broadcast_task(std::span<T> data, int root) const {
-    check_rank(root, "broadcast root");
-    auto t = task<T>(detail::gloo_task::kind::broadcast, data.size());
-    t.out = data.data();
-    t.n = data.size();
-    t.peer = root;
-    return t;
-  }
-  template <class T>
-  detail::gloo_task p2p_task(detail::gloo_task::kind k, const T* data, std::size_t n, int peer, int tag) const {
-    check_rank(peer, k == detail::gloo_task::kind::send ? "send destination" : "recv source");
-    detail::check_tag(tag, name());
-    // Gloo has no pair from a rank to itself.
+  // Gloo has no pair from a rank to itself.
+  void check_message(detail::gloo_task::kind k, int peer) const {
     expects<comm_error>(peer != rank(), [&] {
       return strata::cat(k == detail::gloo_task::kind::send ? "send to" : "recv from", " rank ", peer, " on ", name(),
                          ": a rank cannot message itself over gloo; copy the data instead");
     });
-    auto t = task<T>(k, n);
-    if (k == detail::gloo_task::kind::send)
-      t.in = data;
-    else
-      t.out = const_cast<T*>(data);
-    t.n = n;
-    t.peer = peer;
-    t.tag = tag;
-    return t;
   }
-  request submit(const detail::gloo_task& t) {
-    auto& q = state().queue();
-    return request(&q, q.submit(t));
-  }
-  void check_rank(int r, const char* what) const { detail::check_peer(r, size(), what, name()); }
 
   std::unique_ptr<detail::gloo_state> s_;
   std::uint64_t id_ = 0;
