@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "../kernels/adamw.hpp"
-#include "../kernels/host_driver.hpp"
 #include "shard.hpp"
 
 namespace strata {
@@ -29,11 +28,7 @@ struct adamw {
   // of params takes weight decay; grad_scale multiplies every grad first.
   template <class P, class G>
   void step(const shard_args<P, G>& a, float lr, float grad_scale, bool decay, long step) const {
-    validate();
-    detail::check_step(name, a, state_slots, lr, grad_scale, step);
-    if (a.n == 0) return;
-    detail::with_write_mode(
-        a, [&](auto mode) { kernels::run_host(a.n, update<decltype(mode)::value>(a, lr, grad_scale, decay, step)); });
+    detail::step_on_host(*this, a, lr, grad_scale, decay, step);
   }
 
   // The functor that step runs over a run of the shard, for any driver: the host's

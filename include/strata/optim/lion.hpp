@@ -1,7 +1,6 @@
 // The Lion optimizer policy (sign of an interpolated momentum, decoupled weight decay,
 // as lion-pytorch): its hyperparameters and a fused step over one flat shard.
 #pragma once
-#include "../kernels/host_driver.hpp"
 #include "../kernels/lion.hpp"
 #include "shard.hpp"
 
@@ -24,11 +23,7 @@ struct lion {
   // rounding only: Lion has no bias correction).
   template <class P, class G>
   void step(const shard_args<P, G>& a, float lr, float grad_scale, bool decay, long step) const {
-    validate();
-    detail::check_step(name, a, state_slots, lr, grad_scale, step);
-    if (a.n == 0) return;
-    detail::with_write_mode(
-        a, [&](auto mode) { kernels::run_host(a.n, update<decltype(mode)::value>(a, lr, grad_scale, decay, step)); });
+    detail::step_on_host(*this, a, lr, grad_scale, decay, step);
   }
 
   // The functor that step runs over a run of the shard, for any driver (host and CUDA).

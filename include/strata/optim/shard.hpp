@@ -12,6 +12,7 @@
 
 #include "../core/dtype.hpp"
 #include "../core/error.hpp"
+#include "../kernels/host_driver.hpp"
 #include "../kernels/rounding.hpp"
 
 namespace strata {
@@ -150,6 +151,18 @@ void with_write_mode(const shard_args<P, G>& a, Fn&& fn) {
     fn(std::integral_constant<write_mode, write_mode::stochastic>{});
   else
     fn(std::integral_constant<write_mode, write_mode::nearest_even>{});
+}
+
+// An optimizer's step on the host: its hyperparameters and the shard checked, then its
+// update functor (the one the CUDA driver runs too) over every element.
+template <class Opt, class P, class G>
+void step_on_host(const Opt& opt, const shard_args<P, G>& a, float lr, float grad_scale, bool decay, long step) {
+  opt.validate();
+  check_step(Opt::name, a, Opt::state_slots, lr, grad_scale, step);
+  if (a.n == 0) return;
+  with_write_mode(a, [&](auto mode) {
+    kernels::run_host(a.n, opt.template update<decltype(mode)::value>(a, lr, grad_scale, decay, step));
+  });
 }
 
 inline std::uint64_t step_rounding_key(std::uint64_t seed, long step) {
