@@ -71,6 +71,9 @@ class profile_hook {
  public:
   virtual void enter(std::string_view track, const std::string& name) = 0;
   virtual void leave() = 0;
+  // The thread stood `seconds` waiting for a device to finish its queued work (on a GPU,
+  // the host's time, which the device's timeline does not show).
+  virtual void waited_for_device(double seconds) = 0;
 
  protected:
   ~profile_hook() = default;

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "../core/trace.hpp"
 #include "detail/cuda_check.hpp"
 
 namespace strata {
@@ -156,7 +157,11 @@ inline void wait_stream(cudaStream_t s) {
   const auto start = std::chrono::steady_clock::now();
   auto pause = std::chrono::microseconds(0);
   for (;;) {
-    if (detail::query_finished(cudaStreamQuery(s), "cudaStreamQuery")) return;
+    if (detail::query_finished(cudaStreamQuery(s), "cudaStreamQuery")) {
+      if (auto* profile = detail::this_thread_profile())
+        profile->waited_for_device(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      return;
+    }
     detail::stream_watch::get().run();
     // Spin briefly (most waits are short), then back off to at most a millisecond.
     if (pause.count() == 0)

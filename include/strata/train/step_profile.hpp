@@ -31,6 +31,13 @@ struct step_profile {
   double timeline_seconds = 0;  // from the step's first mark to its last: the parts add up to it
   std::vector<profile_part> parts;
   std::vector<profile_part> comm;  // host communication's busy time by kind (overlaps the parts)
+  // On a device, the host's side of the step up to its last mark, on the host's clock:
+  // the time it stood waiting for the device to finish queued work (the gradient norm's
+  // and the loss's readbacks), and the rest, in which it issued the work. Where issuing
+  // takes about as long as the device's timeline, the launches bound the step (what a
+  // CUDA graph of the step saves); where the host waits long, the device is what bounds it.
+  bool host_waited_for_device = false;
+  double host_issue_seconds = 0, host_wait_seconds = 0;
 
   // The share of the step's wall time the parts account for.
   double covered() const { return step_seconds > 0 ? timeline_seconds / step_seconds : 0; }
@@ -54,6 +61,14 @@ inline std::string profile_table(const step_profile& p, std::string_view indent 
   std::snprintf(line, sizeof line, "%-28s %10.3f %7.1f   (step %.3f ms)\n", "sum of the parts",
                 p.timeline_seconds * 1e3, 100 * p.covered(), p.step_seconds * 1e3);
   add();
+  if (p.host_waited_for_device) {
+    std::snprintf(line, sizeof line, "%-28s %10.3f %7.1f   (host clock; near the parts' sum: launch-bound)\n",
+                  "host issuing the work", p.host_issue_seconds * 1e3, 100 * p.host_issue_seconds / step);
+    add();
+    std::snprintf(line, sizeof line, "%-28s %10.3f %7.1f   (host clock; the host's lead over the device)\n",
+                  "host waiting on the device", p.host_wait_seconds * 1e3, 100 * p.host_wait_seconds / step);
+    add();
+  }
   for (const auto& c : p.comm) {
     std::snprintf(line, sizeof line, "%-28s %10.3f %7.1f   (on its lane, overlapping)\n", ("comm " + c.name).c_str(),
                   c.seconds * 1e3, 100 * c.seconds / step);
@@ -125,6 +140,10 @@ class step_profiler final : public profile_hook {
     stack_.clear();
     part_of_mark_.clear();
     busy_.by_kind.clear();
+    host_start_ns_ = trace_clock_ns();
+    host_span_ns_ = 0;
+    host_wait_ = 0;
+    waited_for_device_ = false;
     this_thread_profile() = this;
     comm_busy_sink().store(&busy_, std::memory_order_relaxed);
     mark("rest of the step");
@@ -132,6 +151,7 @@ class step_profiler final : public profile_hook {
   // The step's last mark, before the space is synchronized.
   void finish() {
     marks_.mark();
+    host_span_ns_ = trace_clock_ns() - host_start_ns_;
     stop();
   }
   // No more marks: after finish, or when the step throws.
@@ -156,6 +176,9 @@ class step_profiler final : public profile_hook {
       std::lock_guard lk(busy_.m);
       for (const auto& [k, s] : busy_.by_kind) p.comm.push_back({k, s});
     }
+    p.host_waited_for_device = waited_for_device_;
+    p.host_wait_seconds = host_wait_;
+    p.host_issue_seconds = std::max(0.0, static_cast<double>(host_span_ns_) * 1e-9 - host_wait_);
     std::fill(used_.begin(), used_.end(), false);
     return p;
   }
@@ -169,6 +192,11 @@ class step_profiler final : public profile_hook {
     if (!active_) return;  // a scope opened before finish() and closed after it
     if (!stack_.empty()) stack_.pop_back();
     mark_part(stack_.empty() ? std::size_t{0} : stack_.back());
+  }
+  void waited_for_device(double seconds) override {
+    if (!active_) return;
+    host_wait_ += seconds;
+    waited_for_device_ = true;
   }
 
  private:
@@ -193,6 +221,9 @@ class step_profiler final : public profile_hook {
   std::vector<std::string> names_;         // every part met, kept across steps (0: the rest)
   std::vector<bool> used_;                 // met in this step
   comm_busy busy_;
+  std::int64_t host_start_ns_ = 0, host_span_ns_ = 0;  // the host's clock, begin() to finish()
+  double host_wait_ = 0;
+  bool waited_for_device_ = false;
 };
 
 // The host's timeline: steady-clock times.

@@ -1,11 +1,14 @@
 // The step profile's bookkeeping, on a clock the test moves: each stretch of the timeline
 // goes to the part whose scope was innermost then, nested scopes take their time out of
 // the enclosing one, the parts add up to the timeline, and a trace scope or a wait on the
-// profiled thread marks it whether or not a trace is on.
+// profiled thread marks it whether or not a trace is on; on a device, the host's time
+// splits into issuing the work and waiting for the device.
+#include <chrono>
 #include <strata/comm/request.hpp>
 #include <strata/core/trace.hpp>
 #include <strata/train/step_profile.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "catch.hpp"
@@ -110,4 +113,44 @@ TEST_CASE("host communication's busy time is collected from every thread while p
   const std::string table = strata::profile_table(p);
   CHECK_THAT(table, strata_test::contains_text("comm all_gather"));
   CHECK_THAT(table, strata_test::contains_text("sum of the parts"));
+}
+
+TEST_CASE("on a device, the host's time splits into issuing the work and waiting for the device") {
+  double now = 0;
+  fake_marks marks{&now, {}};
+  strata::detail::step_profiler<fake_marks> prof(marks);
+  // A host step never waits for a device: no host lines in its table.
+  prof.begin();
+  now = 1;
+  prof.finish();
+  const auto host = prof.resolve(1);
+  CHECK_FALSE(host.host_waited_for_device);
+  CHECK(host.host_wait_seconds == 0);
+  CHECK_THAT(strata::profile_table(host), !strata_test::contains_text("host waiting on the device"));
+
+  // A device step: the waits the device streams report, on the host's clock; the rest of
+  // the host's time from begin to finish is issuing. The waits here are reported, not
+  // slept, so the host's span (a real sleep of 20 ms) holds both.
+  const auto t0 = std::chrono::steady_clock::now();
+  prof.begin();
+  strata::detail::this_thread_profile()->waited_for_device(0.004);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  strata::detail::this_thread_profile()->waited_for_device(0.006);
+  prof.finish();
+  const double span = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  strata::detail::this_thread_profile() = nullptr;
+  const auto dev = prof.resolve(span);
+  CHECK(dev.host_waited_for_device);
+  CHECK(dev.host_wait_seconds == Approx(0.010));
+  CHECK(dev.host_issue_seconds >= 0.020 - 0.010);
+  CHECK(dev.host_issue_seconds + dev.host_wait_seconds <= span);
+  const std::string table = strata::profile_table(dev);
+  CHECK_THAT(table, strata_test::contains_text("host issuing the work"));
+  CHECK_THAT(table, strata_test::contains_text("host waiting on the device"));
+
+  // After finish a wait is not the step's.
+  prof.begin();
+  prof.finish();
+  prof.waited_for_device(1.0);
+  CHECK(prof.resolve(1).host_wait_seconds == 0);
 }
