@@ -4,7 +4,8 @@
 // on the host they do, and offloading the optimizer state to pinned host memory (stepped
 // by the host AdamW) gives exactly the weights of stepping it on the device, as does
 // keeping ZeRO-3's param shard there (offload_params); a bad target
-// is the loss's own error, read back once per step, with no weight moved.
+// is the loss's own error, read back once per step, with no weight moved; a profiled step
+// says how long the host issued work and waited for the device.
 #include <unistd.h>
 
 #include <algorithm>
@@ -321,4 +322,30 @@ TEST_CASE("after the second step a GPU trainer allocates no device memory") {
   CHECK(tied_run<strata::zero<2>, cuda, bf>().late_allocations == 0);
   CHECK(tied_run<strata::zero<3>, cuda, bf>().late_allocations == 0);
   CHECK(tied_run<strata::zero<3, strata::offload_optimizer>, cuda, bf>().late_allocations == 0);
+}
+
+// The GPU profile's host lines: the host's span from the step's first mark to its last
+// splits into the waits for the device (the loss's and the norm's readbacks, at least one
+// a step) and the issuing; both inside the step's wall time. Profiling changes no weight.
+TEST_CASE("a profiled GPU step says how long the host issued work and waited for the device") {
+  auto s = setup();
+  s.steps = 3;
+  const auto plain = on_gpu<strata::zero<2>>(s);
+  s.opts.profile = true;
+  strata::trainer<mlp::model, strata::cuda, strata::zero<2>, strata::adamw, strata::fp32> tr(
+      grid(), mlp::make_model(s.shape), s.opts);
+  mlp::synthetic_data data(s.shape, s.seed);
+  const long local = s.global_batch / grid().dp_size();
+  strata::batch<> b;
+  for (long step = 0; step < s.steps; ++step) {
+    data.fill(static_cast<std::uint64_t>(step * s.global_batch + grid().dp_rank() * local), local, b);
+    const auto st = tr.step(b);
+    const auto& p = tr.last_profile();
+    INFO(strata::profile_table(p));
+    CHECK(p.host_waited_for_device);
+    CHECK(p.host_wait_seconds > 0);
+    CHECK(p.host_issue_seconds > 0);
+    CHECK(p.host_issue_seconds + p.host_wait_seconds <= st.seconds);
+  }
+  CHECK(strata::weights_hash(tr.gather_master()) == plain.hash);
 }

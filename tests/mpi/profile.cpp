@@ -48,6 +48,7 @@ TEST_CASE("a profiled step: its parts, adding up to the step, and the same weigh
       sum += part.seconds;
     }
     CHECK(sum == Approx(p.timeline_seconds).epsilon(1e-12));
+    CHECK_FALSE(p.host_waited_for_device);  // the host's step has no device to wait for
     // The marks open and close inside the step's clock: the timeline can only be shorter.
     CHECK(p.covered() <= 1.0);
     CHECK(p.covered() >= 0.95);
