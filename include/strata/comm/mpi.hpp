@@ -93,6 +93,8 @@ class mpi_comm : public detail::lane_comm<mpi_comm, detail::mpi_task> {
   static void set_reduce(detail::mpi_task& t, reduce_op op) {
     t.op = detail::mpi_op<T>(op);
   }
+  // MPI delivers a message to oneself.
+  void check_message(detail::mpi_task::kind, int) const {}
   // A blocking collective: on this thread when the lane is idle, else queued and waited for.
   void run_now(const detail::mpi_task& t) {
     auto& q = state().queue();

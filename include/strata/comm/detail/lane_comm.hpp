@@ -1,14 +1,15 @@
 // lane_comm: the operations of a host communicator whose work runs on a lane (mpi_comm,
 // gloo_comm), written once over its task type. Each operation's arguments are checked on
 // the caller's thread and become one Task; the asynchronous form queues it on the lane,
-// the blocking form hands it to the backend's run(Task) (the lane's submit and wait, or
+// the blocking form hands it to the backend's run_now(Task) (the lane's submit and wait, or
 // mpi_comm's: on the caller's thread when the lane is idle).
 //
 // Backend provides, to this class as a friend: state() (with queue(), the lane),
 // rank(), size(), name(); task<T>(kind, count), a Task of T's element bytes (and
-// type, where the backend needs it); set_reduce<T>(Task&, reduce_op); and optionally
-// check_message(kind, peer), its own rules for a send or receive, and run_now(const Task&),
-// its blocking run of a collective.
+// type, where the backend needs it); set_reduce<T>(Task&, reduce_op);
+// check_message(kind, peer), its own rules for a send or receive; and run_now(const
+// Task&), its blocking run (submit(t).wait() at the least). Each is required, not
+// detected: a hook misspelt must not be skipped silently.
 #pragma once
 #include <cstddef>
 #include <span>
@@ -135,7 +136,7 @@ class lane_comm {
   Task message_task(typename Task::kind k, const T* data, std::size_t n, int peer, int tag) const {
     check_rank(peer, k == Task::kind::send ? "send destination" : "recv source");
     check_tag(tag, self().name());
-    if constexpr (requires(const Backend& b) { b.check_message(k, peer); }) self().check_message(k, peer);
+    self().check_message(k, peer);
     auto t = Backend::template task<T>(k, n);
     if (k == Task::kind::send)
       t.in = data;
@@ -157,16 +158,12 @@ class lane_comm {
     if (op == reduce_op::avg) t.finish = &divide_by_size<T>;
   }
   void check_rank(int r, const char* what) const { check_peer(r, self().size(), what, self().name()); }
+  void run(const Task& t) { self().run_now(t); }
 
+ protected:
   request submit(const Task& t) {
     auto& q = self().state().queue();
     return request(&q, q.submit(t));
-  }
-  void run(const Task& t) {
-    if constexpr (requires(Backend& b) { b.run_now(t); })
-      self().run_now(t);
-    else
-      submit(t).wait();
   }
 };
 
