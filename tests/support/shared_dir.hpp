@@ -3,6 +3,7 @@
 #pragma once
 #include <unistd.h>
 
+#include <exception>
 #include <filesystem>
 #include <span>
 #include <strata/comm/environment.hpp>
@@ -20,7 +21,10 @@ struct shared_dir {
     if (w.rank() == 0) std::filesystem::remove_all(path);
     w.barrier();
   }
+  // While an exception unwinds this rank, its peers are not at this barrier: waiting for
+  // them would hide the error behind a communication time-out. The directory is left.
   ~shared_dir() {
+    if (std::uncaught_exceptions() > 0) return;
     world.barrier();
     std::error_code ec;
     if (world.rank() == 0) std::filesystem::remove_all(path, ec);

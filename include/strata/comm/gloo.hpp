@@ -37,9 +37,10 @@ class gloo_comm : public detail::lane_comm<gloo_comm, detail::gloo_task> {
   static gloo_comm world(const detail::rendezvous_config& c, std::string name = "world") {
     auto ctx = std::make_shared<detail::gloo_group_context>(c.rank, c.world_size, gloo_limit());
     if (c.world_size > 1)
-      ctx->connect(detail::gloo_device(c.master_addr), [&](std::span<const std::byte> mine) {
-        return detail::rendezvous_all_gather(c, mine, "gloo " + name);
-      });
+      ctx->connect(
+          detail::gloo_device(c.master_addr),
+          [&](std::span<const std::byte> mine) { return detail::rendezvous_all_gather(c, mine, "gloo " + name); },
+          name);
     std::vector<int> members(static_cast<std::size_t>(c.world_size));
     std::iota(members.begin(), members.end(), 0);
     return gloo_comm(std::move(ctx), std::move(name), std::move(members), 1, c.master_addr);
@@ -52,7 +53,7 @@ class gloo_comm : public detail::lane_comm<gloo_comm, detail::gloo_task> {
   static gloo_comm over(Host& host, std::string name, const std::string& master_addr = "") {
     std::vector<int> all(static_cast<std::size_t>(host.size()));
     std::iota(all.begin(), all.end(), 0);
-    auto ctx = connect_group(host, all, master_addr);
+    auto ctx = connect_group(host, all, master_addr, name);
     return gloo_comm(std::move(ctx), std::move(name), std::move(all), 1, master_addr);
   }
 
@@ -82,11 +83,12 @@ class gloo_comm : public detail::lane_comm<gloo_comm, detail::gloo_task> {
     std::stable_sort(group.begin(), group.end(), [&](int a, int b) {
       return ck[2 * static_cast<std::size_t>(a) + 1] < ck[2 * static_cast<std::size_t>(b) + 1];
     });
-    auto ctx = connect_group(*this, group, master_addr_);
+    std::string child = strata::cat(name(), "/", color);
+    auto ctx = connect_group(*this, group, master_addr_, child);
     std::vector<int> members;
     for (int r : group) members.push_back(state().members()[static_cast<std::size_t>(r)]);
     const std::uint64_t id = id_ * 1000003u + ++splits_ * 1009u + static_cast<std::uint64_t>(color) + 1;
-    return gloo_comm(std::move(ctx), strata::cat(name(), "/", color), std::move(members), id, master_addr_);
+    return gloo_comm(std::move(ctx), std::move(child), std::move(members), id, master_addr_);
   }
 
  private:
@@ -101,7 +103,8 @@ class gloo_comm : public detail::lane_comm<gloo_comm, detail::gloo_task> {
   // blocks are laid out by parent rank, so that groups of different sizes share it.
   template <class Parent>
   static std::shared_ptr<detail::gloo_group_context> connect_group(Parent& parent, const std::vector<int>& group,
-                                                                   const std::string& master_addr) {
+                                                                   const std::string& master_addr,
+                                                                   const std::string& name) {
     const int n = parent.size(), m = static_cast<int>(group.size());
     const int me = static_cast<int>(std::find(group.begin(), group.end(), parent.rank()) - group.begin());
     auto ctx = std::make_shared<detail::gloo_group_context>(me, m, gloo_limit());
@@ -126,7 +129,7 @@ class gloo_comm : public detail::lane_comm<gloo_comm, detail::gloo_task> {
       return out;
     };
     if (m > 1)
-      ctx->connect(detail::gloo_device(master_addr), exchange);
+      ctx->connect(detail::gloo_device(master_addr), exchange, name);
     else
       exchange(std::span<const std::byte>(std::vector<std::byte>(ab)));  // still a member of the exchange
     return ctx;

@@ -47,16 +47,36 @@ inline constexpr std::size_t gloo_address_bytes = 4 + ::gloo::transport::Address
 // A Gloo context whose pairs strata connects itself: Gloo's own connectFullMesh needs a
 // key-value store, and an exchange of fixed-size address blocks over the group's existing
 // channel needs none.
-class gloo_group_context final : public ::gloo::Context {
+class gloo_group_context final : public ::gloo::Context, public std::enable_shared_from_this<gloo_group_context> {
  public:
   gloo_group_context(int rank, int size, std::chrono::milliseconds timeout) : ::gloo::Context(rank, size) {
     setTimeout(timeout);
   }
 
   // exchange(mine) returns every member's block in member order, where `mine` holds, for
-  // each member p, the address of this rank's pair with p (empty for itself).
+  // each member p, the address of this rank's pair with p (empty for itself). `name` is
+  // the communicator's, for errors. Collective over the members.
   template <class Exchange>
-  void connect(const std::shared_ptr<::gloo::transport::Device>& dev, Exchange&& exchange) {
+  void connect(const std::shared_ptr<::gloo::transport::Device>& dev, Exchange&& exchange, const std::string& name) {
+    try {
+      connect_pairs(dev, exchange);
+      // A pair's listening side is marked connected by the device's event loop, after
+      // the peer's connect() has returned: a peer that closed the context at once (a
+      // split it never used) could close the connection first, and this rank's connect
+      // then failed with "Connection closed by peer" (a split in a few hundred). No rank
+      // leaves this barrier before every member has finished connecting.
+      ::gloo::BarrierOptions o(shared_from_this());
+      o.setTimeout(getTimeout());
+      ::gloo::barrier(o);
+    } catch (const ::gloo::Exception& e) {
+      throw comm_error(cat("gloo: connecting ", name, " (rank ", rank, " of ", size, "): ", e.what(),
+                           " (a peer process ended or stalled; its own output says why)"));
+    }
+  }
+
+ private:
+  template <class Exchange>
+  void connect_pairs(const std::shared_ptr<::gloo::transport::Device>& dev, Exchange&& exchange) {
     auto tc = dev->createContext(rank, size);
     tc->setTimeout(getTimeout());
     std::vector<std::byte> mine(static_cast<std::size_t>(size) * gloo_address_bytes);
