@@ -28,6 +28,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +39,7 @@
 #include "lane.hpp"
 #include "lane_report.hpp"
 #include "reduce_math.hpp"
+#include "rendezvous_socket.hpp"
 
 namespace strata::detail {
 
@@ -123,8 +125,8 @@ inline void ignore_sigpipe_by_default() {
 }
 
 // The process's TCP device (one event loop for every Gloo context). STRATA_GLOO_IFNAME or
-// GLOO_SOCKET_IFNAME names the interface; else the host's name is resolved, or loopback
-// where MASTER_ADDR is loopback (a job on one machine).
+// GLOO_SOCKET_IFNAME names the interface; else it is this machine's address on its route
+// to MASTER_ADDR, or loopback where MASTER_ADDR is loopback (a job on one machine).
 inline std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master_addr) {
   static std::mutex m;
   static std::weak_ptr<::gloo::transport::Device> shared;
@@ -132,6 +134,7 @@ inline std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string&
   if (auto d = shared.lock()) return d;
   ignore_sigpipe_by_default();
   ::gloo::transport::tcp::attr a;
+  const char* advice = " (set STRATA_GLOO_IFNAME to the network interface the ranks reach each other on)";
   const char* ifname = std::getenv("STRATA_GLOO_IFNAME");
   if (!ifname || !*ifname) ifname = std::getenv("GLOO_SOCKET_IFNAME");
   if (ifname && *ifname) {
@@ -139,9 +142,14 @@ inline std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string&
   } else if (master_addr == "localhost" || master_addr.rfind("127.", 0) == 0 || master_addr == "::1") {
     a.hostname = "127.0.0.1";
   } else {
-    char host[256] = {};
-    ::gethostname(host, sizeof host - 1);
-    a.hostname = host;
+    // Not the host name: where it maps to a loopback address (Debian's and Ubuntu's
+    // 127.0.1.1) peers on other machines cannot connect to it, and where it does not
+    // resolve Gloo reads getaddrinfo's unset list (it checks only for -1) and spins.
+    try {
+      a.hostname = local_address_toward(master_addr);
+    } catch (const comm_error& e) {
+      throw comm_error(cat("gloo: ", e.what(), advice));
+    }
   }
   try {
     auto d = ::gloo::transport::tcp::CreateDevice(a);
@@ -149,8 +157,7 @@ inline std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string&
     return d;
   } catch (const std::exception& e) {
     throw comm_error(cat("gloo: cannot open a TCP device on ",
-                         a.iface.empty() ? "host " + a.hostname : "interface " + a.iface, ": ", e.what(),
-                         " (set STRATA_GLOO_IFNAME to the network interface the ranks reach each other on)"));
+                         a.iface.empty() ? "host " + a.hostname : "interface " + a.iface, ": ", e.what(), advice));
   }
 }
 

@@ -1,5 +1,6 @@
 // The POSIX TCP pieces of the NCCL bootstrap's rendezvous: an owning socket, address
-// resolution, and whole-message send/receive bounded by a deadline.
+// resolution, whole-message send/receive bounded by a deadline, and the local address
+// that peers can reach.
 #pragma once
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -123,5 +124,30 @@ struct addr_list {
     if (head) ::freeaddrinfo(head);
   }
 };
+
+// This machine's address (numeric) on its route to `host`: the one a peer that reaches
+// `host` the same way can connect back to, unlike the host name, which Debian and Ubuntu
+// map to 127.0.1.1. A UDP socket's connect() only picks the route and the source address;
+// nothing is sent. A host that does not resolve, or has no route, is a comm_error.
+inline std::string local_address_toward(const std::string& host) {
+  const addr_list to(host, 9, false);
+  int last_errno = 0;
+  for (const addrinfo* a = to.head; a; a = a->ai_next) {
+    const socket_fd fd(::socket(a->ai_family, SOCK_DGRAM, 0));
+    if (!fd || ::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0) {
+      last_errno = errno;
+      continue;
+    }
+    sockaddr_storage self{};
+    socklen_t len = sizeof self;
+    char text[NI_MAXHOST] = {};
+    if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&self), &len) == 0 &&
+        ::getnameinfo(reinterpret_cast<const sockaddr*>(&self), len, text, sizeof text, nullptr, 0, NI_NUMERICHOST) ==
+            0)
+      return text;
+    last_errno = errno;
+  }
+  throw comm_error(cat("no local address has a route to \"", host, "\" (MASTER_ADDR): ", errno_text(last_errno)));
+}
 
 }  // namespace strata::detail
