@@ -6,6 +6,7 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <strata/comm/detail/rendezvous_socket.hpp>
 #include <string>
@@ -56,6 +57,61 @@ TEST_CASE("a host that does not resolve is a comm_error that names it") {
     FAIL("no error");
   } catch (const strata::comm_error& e) {
     CHECK(std::string(e.what()).find(unresolvable) != std::string::npos);
+  }
+}
+
+namespace {
+// strata::detail::loopback_only over the numeric address `a` (resolved without DNS).
+std::string loopback_only_of(const char* a) {
+  addrinfo hints{};
+  hints.ai_flags = AI_NUMERICHOST;
+  addrinfo* list = nullptr;
+  REQUIRE(::getaddrinfo(a, nullptr, &hints, &list) == 0);
+  const std::string out = strata::detail::loopback_only(list);
+  ::freeaddrinfo(list);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("loopback addresses are told from the ones other machines reach") {
+  CHECK(loopback_only_of("127.0.0.1") == "127.0.0.1");
+  CHECK(loopback_only_of("127.0.1.1") == "127.0.1.1");  // Debian's and Ubuntu's host name
+  CHECK(loopback_only_of("::1") == "::1");
+  CHECK(loopback_only_of("::ffff:127.0.1.1") == "::ffff:127.0.1.1");
+  CHECK(loopback_only_of("10.1.2.3").empty());
+  CHECK(loopback_only_of("::ffff:10.1.2.3").empty());
+  CHECK(loopback_only_of("2001:db8::1").empty());
+  CHECK(strata::detail::loopback_only(nullptr).empty());
+}
+
+TEST_CASE("rank 0 warns of a MASTER_ADDR name that is loopback on its machine, and of nothing else") {
+  using strata::detail::loopback_name_warning;
+  // An address given as such, localhost (loopback on purpose) and a name that does not
+  // resolve (the rendezvous fails naming it) are not warned of.
+  for (const char* quiet : {"127.0.0.1", "127.0.1.1", "::1", "localhost", unresolvable}) {
+    INFO(quiet);
+    CHECK(loopback_name_warning(quiet).empty());
+  }
+  for (const auto& a : own_ipv4_addresses()) CHECK(loopback_name_warning(a).empty());
+  // This machine's own name, where it resolves only to loopback (this machine's
+  // /etc/hosts, and Debian's and Ubuntu's 127.0.1.1): the warning names it, the address
+  // and what to set.
+  char name[256] = {};
+  REQUIRE(::gethostname(name, sizeof name - 1) == 0);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  const bool resolves = ::getaddrinfo(name, nullptr, &hints, &list) == 0;
+  const std::string loopback = resolves ? strata::detail::loopback_only(list) : "";
+  if (list) ::freeaddrinfo(list);
+  const std::string warning = loopback_name_warning(name);
+  INFO(name << " resolves to loopback only: " << (loopback.empty() ? "no" : loopback));
+  if (loopback.empty()) {
+    WARN("this machine's name is not loopback-only here: only the quiet cases were checked");
+    CHECK(warning.empty());
+  } else {
+    CHECK(warning.find(std::string("MASTER_ADDR=\"") + name + "\" is " + loopback) != std::string::npos);
+    CHECK(warning.find("STRATA_RENDEZVOUS_BIND=any") != std::string::npos);
   }
 }
 

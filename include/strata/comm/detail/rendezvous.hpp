@@ -532,9 +532,18 @@ inline std::vector<std::byte> rendezvous_fetch(const std::string& host, int port
   return payload;
 }
 
+// Whether the launcher says every rank runs on this machine: torchrun's (and scripts/launch's)
+// LOCAL_WORLD_SIZE equal to the world size, or Slurm's one node.
+inline bool launched_on_one_machine(const rendezvous_config& c) {
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  const char* nodes = std::getenv("SLURM_NNODES");
+  return (local && std::to_string(c.world_size) == local) || (nodes && std::string_view(nodes) == "1");
+}
+
 // Rank 0's server for a config: on MASTER_ADDR's address (or every address with
 // STRATA_RENDEZVOUS_BIND=any), with the job secret; it says once where it listens, and
-// whether the rendezvous is open to anyone who reaches it.
+// whether the rendezvous is open to anyone who reaches it, and warns where MASTER_ADDR is a
+// name for loopback here while the launcher does not say the job is on this machine alone.
 inline rendezvous_server rendezvous_host(const rendezvous_config& c) {
   rendezvous_server server(c.master_port, c.bind_any ? std::string() : c.master_addr, c.secret);
   static std::once_flag said;
@@ -545,6 +554,8 @@ inline rendezvous_server rendezvous_host(const rendezvous_config& c) {
         c.secret.empty() ? "; open to any process that reaches it: set STRATA_JOB_SECRET on every rank to admit "
                            "only this job's"
                          : "; ranks prove the job secret");
+    if (const std::string w = loopback_name_warning(c.master_addr); !w.empty() && !launched_on_one_machine(c))
+      std::fprintf(stderr, "strata: warning: %s\n", w.c_str());
     std::fflush(stderr);
   });
   return server;

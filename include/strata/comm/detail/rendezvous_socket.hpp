@@ -150,4 +150,49 @@ inline std::string local_address_toward(const std::string& host) {
   throw comm_error(cat("no local address has a route to \"", host, "\" (MASTER_ADDR): ", errno_text(last_errno)));
 }
 
+// Whether `a` is a loopback address: 127/8, ::1, or 127/8 mapped into IPv6.
+inline bool is_loopback_address(const sockaddr* a) {
+  if (a->sa_family == AF_INET) return (ntohl(reinterpret_cast<const sockaddr_in*>(a)->sin_addr.s_addr) >> 24) == 127;
+  if (a->sa_family != AF_INET6) return false;
+  const in6_addr& v6 = reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr;
+  return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+}
+
+// The first address of `list` in numeric form where every one is loopback; empty where
+// any is not (or the list is empty).
+inline std::string loopback_only(const addrinfo* list) {
+  std::string first;
+  for (const addrinfo* a = list; a; a = a->ai_next) {
+    if (!is_loopback_address(a->ai_addr)) return {};
+    char text[NI_MAXHOST] = {};
+    if (first.empty() && ::getnameinfo(a->ai_addr, a->ai_addrlen, text, sizeof text, nullptr, 0, NI_NUMERICHOST) == 0)
+      first = text;
+  }
+  return first;
+}
+
+// What rank 0 says when MASTER_ADDR is a *name* that resolves only to loopback on its
+// machine (Debian and Ubuntu map the host name to 127.0.1.1): it listens there and its
+// Gloo device offers that address, so ranks on other machines, where the name resolves to
+// the network address, cannot connect. Empty for an address given as such, for
+// "localhost" (loopback on purpose), and for a name that resolves elsewhere or not at all
+// (the rendezvous then fails naming it).
+inline std::string loopback_name_warning(const std::string& master_addr) {
+  in6_addr scratch{};
+  if (::inet_pton(AF_INET, master_addr.c_str(), &scratch) == 1 ||
+      ::inet_pton(AF_INET6, master_addr.c_str(), &scratch) == 1 || master_addr == "localhost")
+    return {};
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  if (::getaddrinfo(master_addr.c_str(), nullptr, &hints, &list) != 0) return {};
+  const std::string loopback = loopback_only(list);
+  ::freeaddrinfo(list);
+  if (loopback.empty()) return {};
+  return cat("MASTER_ADDR=\"", master_addr, "\" is ", loopback,
+             " on this machine, a loopback address: ranks on other machines cannot reach rank 0's rendezvous or "
+             "its Gloo device. Give MASTER_ADDR as this machine's network address (or set "
+             "STRATA_RENDEZVOUS_BIND=any and STRATA_GLOO_IFNAME); a job on this machine alone may ignore this");
+}
+
 }  // namespace strata::detail
