@@ -112,6 +112,15 @@ TEST_CASE("rank 0 warns of a MASTER_ADDR name that is loopback on its machine, a
   } else {
     CHECK(warning.find(std::string("MASTER_ADDR=\"") + name + "\" is " + loopback) != std::string::npos);
     CHECK(warning.find("STRATA_RENDEZVOUS_BIND=any") != std::string::npos);
+    CHECK(warning.find("STRATA_GLOO_IFNAME") != std::string::npos);
+    // What is already set is not asked for again; both set, nothing is said.
+    const std::string gloo_only = loopback_name_warning(name, true, false);
+    CHECK(gloo_only.find("STRATA_RENDEZVOUS_BIND") == std::string::npos);
+    CHECK(gloo_only.find("STRATA_GLOO_IFNAME") != std::string::npos);
+    const std::string rendezvous_only = loopback_name_warning(name, false, true);
+    CHECK(rendezvous_only.find("STRATA_RENDEZVOUS_BIND=any") != std::string::npos);
+    CHECK(rendezvous_only.find("STRATA_GLOO_IFNAME") == std::string::npos);
+    CHECK(loopback_name_warning(name, true, true).empty());
   }
 }
 

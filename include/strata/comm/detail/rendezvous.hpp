@@ -554,7 +554,10 @@ inline rendezvous_server rendezvous_host(const rendezvous_config& c) {
         c.secret.empty() ? "; open to any process that reaches it: set STRATA_JOB_SECRET on every rank to admit "
                            "only this job's"
                          : "; ranks prove the job secret");
-    if (const std::string w = loopback_name_warning(c.master_addr); !w.empty() && !launched_on_one_machine(c))
+    const auto set = [](const char* name) { return std::getenv(name) && *std::getenv(name); };
+    const bool gloo_ifname = set("STRATA_GLOO_IFNAME") || set("GLOO_SOCKET_IFNAME");
+    if (const std::string w = loopback_name_warning(c.master_addr, c.bind_any, gloo_ifname);
+        !w.empty() && !launched_on_one_machine(c))
       std::fprintf(stderr, "strata: warning: %s\n", w.c_str());
     std::fflush(stderr);
   });

@@ -172,14 +172,16 @@ inline std::string loopback_only(const addrinfo* list) {
 }
 
 // What rank 0 says when MASTER_ADDR is a *name* that resolves only to loopback on its
-// machine (Debian and Ubuntu map the host name to 127.0.1.1): it listens there and its
-// Gloo device offers that address, so ranks on other machines, where the name resolves to
-// the network address, cannot connect. Empty for an address given as such, for
-// "localhost" (loopback on purpose), and for a name that resolves elsewhere or not at all
-// (the rendezvous then fails naming it).
-inline std::string loopback_name_warning(const std::string& master_addr) {
+// machine (Debian and Ubuntu map the host name to 127.0.1.1): its rendezvous listens there
+// unless `bind_any`, and Gloo devices offer that address unless `gloo_ifname` names an
+// interface, so ranks on other machines, where the name is the network address, cannot
+// connect. Empty where both are set, for an address given as such, for "localhost"
+// (loopback on purpose), and for a name that resolves elsewhere or not at all (the
+// rendezvous then fails naming it).
+inline std::string loopback_name_warning(const std::string& master_addr, bool bind_any = false,
+                                         bool gloo_ifname = false) {
   in6_addr scratch{};
-  if (::inet_pton(AF_INET, master_addr.c_str(), &scratch) == 1 ||
+  if ((bind_any && gloo_ifname) || ::inet_pton(AF_INET, master_addr.c_str(), &scratch) == 1 ||
       ::inet_pton(AF_INET6, master_addr.c_str(), &scratch) == 1 || master_addr == "localhost")
     return {};
   addrinfo hints{};
@@ -189,10 +191,14 @@ inline std::string loopback_name_warning(const std::string& master_addr) {
   const std::string loopback = loopback_only(list);
   ::freeaddrinfo(list);
   if (loopback.empty()) return {};
+  const char* rendezvous = bind_any ? "" : "rank 0's rendezvous (set STRATA_RENDEZVOUS_BIND=any)";
+  const char* gloo = gloo_ifname ? ""
+                                 : "this machine's Gloo devices (set STRATA_GLOO_IFNAME to the interface the machines "
+                                   "reach each other on)";
   return cat("MASTER_ADDR=\"", master_addr, "\" is ", loopback,
-             " on this machine, a loopback address: ranks on other machines cannot reach rank 0's rendezvous or "
-             "its Gloo device. Give MASTER_ADDR as this machine's network address (or set "
-             "STRATA_RENDEZVOUS_BIND=any and STRATA_GLOO_IFNAME); a job on this machine alone may ignore this");
+             " on this machine, a loopback address: ranks on other machines cannot reach ", rendezvous,
+             *rendezvous && *gloo ? " or " : "", gloo,
+             ". Or give MASTER_ADDR as this machine's network address; a job on this machine alone may ignore this");
 }
 
 }  // namespace strata::detail

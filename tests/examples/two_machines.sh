@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# A job over two machines, as torchrun --nnodes 2, Ray and Kubeflow's PyTorchJob start
+# one: two network namespaces joined by a veth pair stand for the machines (each with a
+# loopback of its own; node0 at 10.231.0.1, node1 at 10.231.0.2, the link named strata0 on
+# both), each with the /etc/hosts Debian and Ubuntu write, where a machine's own name is
+# 127.0.1.1. Two ranks a machine, torchrun's variables, no MPI, so the world is Gloo's:
+#  - MASTER_ADDR node0's address: mlp at ZeRO 3 with offload and gpt at tp 2 x pp 2 give
+#    the weights_hash of the same job on one machine (scripts/launch);
+#  - MASTER_ADDR the name node0, loopback on node0: rank 0 warns, and the job fails within
+#    the time-out naming the rendezvous, never hangs; with the remedy the warning names
+#    (STRATA_RENDEZVOUS_BIND=any, STRATA_GLOO_IFNAME) it trains to the same weights.
+# Needs root and network namespaces (ip netns); without them it says so and exits 77
+# (skipped).
+# usage: two_machines.sh MLP_BINARY MPIEXEC WORK_DIR LAUNCH GPT_BINARY
+set -euo pipefail
+mlp=$1 work=$3 launch=$4 gpt=$5
+rm -rf "$work" && mkdir -p "$work"
+field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
+
+tag=st$$ # names of this run's own: two runs at once share nothing
+ns=("${tag}a" "${tag}b")
+net=10.231.0
+cleanup() {
+  for n in "${ns[@]}"; do
+    ip netns pids "$n" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+    ip netns del "$n" 2>/dev/null || true
+    rm -rf "/etc/netns/$n"
+  done
+}
+trap cleanup EXIT
+[[ $(id -u) == 0 ]] || { echo "skipped: two machines of network namespaces need root"; exit 77; }
+if ! ip netns add "${ns[0]}" 2>"$work/netns.err"; then
+  echo "skipped: no network namespaces here (ip netns add: $(cat "$work/netns.err"))"
+  exit 77
+fi
+ip netns add "${ns[1]}"
+ip link add "${tag}0" type veth peer name "${tag}1"
+for i in 0 1; do
+  ip link set "${tag}$i" netns "${ns[i]}"
+  ip -n "${ns[i]}" link set "${tag}$i" name strata0
+  ip -n "${ns[i]}" addr add "$net.$((i + 1))/24" dev strata0
+  ip -n "${ns[i]}" link set strata0 up
+  ip -n "${ns[i]}" link set lo up
+  # ip netns exec mounts /etc/netns/NAME/hosts over /etc/hosts.
+  mkdir -p "/etc/netns/${ns[i]}"
+  printf '127.0.0.1 localhost\n127.0.1.1 node%d\n%s.%d node%d\n' "$i" "$net" $((2 - i)) $((1 - i)) \
+    >"/etc/netns/${ns[i]}/hosts"
+done
+
+# job NAME MASTER_ADDR PROGRAM ARGS...: ranks 0 and 1 on node0, 2 and 3 on node1, each
+# with torchrun's variables and the environment in `extra`; rank 0 writes NAME.json.
+# Returns how many ranks failed.
+extra=()
+job() {
+  local name=$1 addr=$2 r pids=() failed=0
+  shift 2
+  for r in 0 1 2 3; do
+    ip netns exec "${ns[r / 2]}" env RANK=$r LOCAL_RANK=$((r % 2)) WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 \
+      MASTER_ADDR="$addr" MASTER_PORT=29500 STRATA_JOB_SECRET=two-machines-$$ "${extra[@]}" \
+      timeout 300 "$@" --quiet --report "$work/$name.json" >"$work/$name-$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for r in 0 1 2 3; do wait "${pids[r]}" || failed=$((failed + 1)); done
+  return "$failed"
+}
+same_hash() {  # same_hash NAME ONE_MACHINE_NAME
+  local a b
+  a=$(field "$work/$1.json" weights_hash) b=$(field "$work/$2.json" weights_hash)
+  echo "$1: weights_hash $a, on one machine $b"
+  [[ $a == "$b" ]] || { echo "FAILED: $1 differs from the job on one machine"; exit 1; }
+}
+show() { for r in 0 1 2 3; do sed "s/^/  [$1 rank $r] /" "$work/$1-$r.log"; done; }
+
+mlp_args=(--zero 3 --offload --steps 6 --micro-batches 2)
+gpt_args=(--tp 2 --pp 2 --steps 3)
+"$launch" -n 4 -- "$mlp" "${mlp_args[@]}" --quiet --report "$work/one-mlp.json" >"$work/one-mlp.log" 2>&1 ||
+  { cat "$work/one-mlp.log"; echo "FAILED: mlp on one machine"; exit 1; }
+"$launch" -n 4 -- "$gpt" "${gpt_args[@]}" --quiet --report "$work/one-gpt.json" >"$work/one-gpt.log" 2>&1 ||
+  { cat "$work/one-gpt.log"; echo "FAILED: gpt on one machine"; exit 1; }
+
+job mlp "$net.1" "$mlp" "${mlp_args[@]}" || { show mlp; echo "FAILED: mlp over two machines"; exit 1; }
+same_hash mlp one-mlp
+job gpt "$net.1" "$gpt" "${gpt_args[@]}" || { show gpt; echo "FAILED: gpt over two machines"; exit 1; }
+same_hash gpt one-gpt
+
+# MASTER_ADDR=node0: 127.0.1.1 on node0, so its rendezvous and Gloo devices are out of
+# node1's reach. Rank 0 says so, and every rank ends within the time-out.
+extra=(STRATA_COMM_TIMEOUT=5)
+t0=$SECONDS
+if job named node0 "$mlp" "${mlp_args[@]}"; then
+  show named
+  echo "FAILED: a job whose rank 0 listens on loopback trained across machines"
+  exit 1
+fi
+echo "MASTER_ADDR=node0: failed as expected in $((SECONDS - t0)) s"
+grep -q 'strata: warning: MASTER_ADDR="node0" is 127.0.1.1 on this machine, a loopback address' "$work/named-0.log" ||
+  { show named; echo "FAILED: rank 0 did not warn of its loopback MASTER_ADDR"; exit 1; }
+grep -q "rendezvous" "$work/named-2.log" || { show named; echo "FAILED: rank 2's error does not name the rendezvous"; exit 1; }
+sed -n 's/^/  rank 0: /p' "$work/named-0.log" | grep -m1 warning
+sed -n 's/^/  rank 2: /p' "$work/named-2.log" | grep -m1 rendezvous
+
+# The remedy the warning names: the job trains, to the same weights, and nothing is warned.
+extra=(STRATA_RENDEZVOUS_BIND=any STRATA_GLOO_IFNAME=strata0)
+job remedy node0 "$mlp" "${mlp_args[@]}" || { show remedy; echo "FAILED: the remedy did not train"; exit 1; }
+same_hash remedy one-mlp
+if grep -q "strata: warning: MASTER_ADDR" "$work/remedy-0.log"; then
+  show remedy
+  echo "FAILED: rank 0 warned with the remedy set"
+  exit 1
+fi
+echo "two machines: passed"
