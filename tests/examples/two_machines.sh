@@ -2,8 +2,9 @@
 # A job over two machines, as torchrun --nnodes 2, Ray and Kubeflow's PyTorchJob start
 # one: two network namespaces joined by a veth pair stand for the machines (each with a
 # loopback of its own; node0 at 10.231.0.1, node1 at 10.231.0.2, the link named strata0 on
-# both), each with the /etc/hosts Debian and Ubuntu write, where a machine's own name is
-# 127.0.1.1. Two ranks a machine, torchrun's variables, no MPI, so the world is Gloo's:
+# both), each with its host name and the /etc/hosts Debian and Ubuntu write, where a
+# machine's own name is 127.0.1.1 (a rank that offered its host name's address to its
+# peers, as strata's Gloo device once did, offered them loopback). Two ranks a machine, torchrun's variables, no MPI, so the world is Gloo's:
 #  - MASTER_ADDR node0's address: mlp at ZeRO 3 with offload and gpt at tp 2 x pp 2 give
 #    the weights_hash of the same job on one machine (scripts/launch);
 #  - MASTER_ADDR the name node0, loopback on node0: rank 0 warns, and the job fails within
@@ -55,7 +56,8 @@ job() {
   local name=$1 addr=$2 r pids=() failed=0
   shift 2
   for r in 0 1 2 3; do
-    ip netns exec "${ns[r / 2]}" env RANK=$r LOCAL_RANK=$((r % 2)) WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 \
+    # shellcheck disable=SC2016  # $0 and $@ are the inner shell's
+    ip netns exec "${ns[r / 2]}" unshare --uts sh -c 'hostname "$0" && exec "$@"' "node$((r / 2))" env RANK=$r LOCAL_RANK=$((r % 2)) WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 \
       MASTER_ADDR="$addr" MASTER_PORT=29500 STRATA_JOB_SECRET=two-machines-$$ "${extra[@]}" \
       timeout 300 "$@" --quiet --report "$work/$name.json" >"$work/$name-$r.log" 2>&1 &
     pids+=($!)
