@@ -9,7 +9,9 @@
 #    the weights_hash of the same job on one machine (scripts/launch);
 #  - MASTER_ADDR the name node0, loopback on node0: rank 0 warns, and the job fails within
 #    the time-out naming the rendezvous, never hangs; with the remedy the warning names
-#    (STRATA_RENDEZVOUS_BIND=any, STRATA_GLOO_IFNAME) it trains to the same weights.
+#    (STRATA_RENDEZVOUS_BIND=any, STRATA_GLOO_IFNAME) it trains to the same weights;
+#  - a network partition mid-job: every rank ends within the time-out, naming the
+#    operation it waited in.
 # Needs root and network namespaces (ip netns); without them it says so and exits 77
 # (skipped).
 # usage: two_machines.sh MLP_BINARY MPIEXEC WORK_DIR LAUNCH GPT_BINARY
@@ -110,4 +112,25 @@ if grep -q "strata: warning: MASTER_ADDR" "$work/remedy-0.log"; then
   echo "FAILED: rank 0 warned with the remedy set"
   exit 1
 fi
+# A network partition mid-job: node1's link goes down (no reset: packets are just lost, as
+# when a switch port or a node's network dies). Every rank ends on its own, within the
+# time-out, naming the operation it waited in: a hang here is DeepSpeed's ZeRO-3 hang.
+extra=(STRATA_COMM_TIMEOUT=10)
+job partition "$net.1" "$mlp" --zero 3 --steps 1000000 &
+partition=$!
+sleep 4
+ip -n "${ns[1]}" link set strata0 down
+t0=$SECONDS
+if wait "$partition"; then
+  show partition
+  echo "FAILED: a job split by a partition ended well"
+  exit 1
+fi
+echo "partition: every rank ended $((SECONDS - t0)) s after it"
+((SECONDS - t0 < 60)) || { show partition; echo "FAILED: the ranks took over 60 s to end"; exit 1; }
+for r in 0 1 2 3; do
+  grep -qE "(all_reduce|reduce_scatter|all_gather|broadcast|barrier|send|recv) of [0-9]+ elements" \
+    "$work/partition-$r.log" || { show partition; echo "FAILED: rank $r's error names no operation"; exit 1; }
+done
+for r in 0 2; do grep -m1 -E "error|timed out" "$work/partition-$r.log" | sed "s/^/  rank $r: /"; done
 echo "two machines: passed"
