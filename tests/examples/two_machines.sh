@@ -7,6 +7,8 @@
 # peers, as strata's Gloo device once did, offered them loopback). Two ranks a machine, torchrun's variables, no MPI, so the world is Gloo's:
 #  - MASTER_ADDR node0's address: mlp at ZeRO 3 with offload and gpt at tp 2 x pp 2 give
 #    the weights_hash of the same job on one machine (scripts/launch);
+#  - mpirun --hostfile (Open MPI's daemons started through an agent in ssh's place): the
+#    weights of mpiexec on one machine;
 #  - MASTER_ADDR the name node0, loopback on node0: rank 0 warns, and the job fails within
 #    the time-out naming the rendezvous, never hangs; with the remedy the warning names
 #    (STRATA_RENDEZVOUS_BIND=any, STRATA_GLOO_IFNAME) it trains to the same weights;
@@ -16,7 +18,7 @@
 # (skipped).
 # usage: two_machines.sh MLP_BINARY MPIEXEC WORK_DIR LAUNCH GPT_BINARY
 set -euo pipefail
-mlp=$1 work=$3 launch=$4 gpt=$5
+mlp=$1 mpiexec=$2 work=$3 launch=$4 gpt=$5
 rm -rf "$work" && mkdir -p "$work"
 field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
 
@@ -86,6 +88,38 @@ job mlp "$net.1" "$mlp" "${mlp_args[@]}" || { show mlp; echo "FAILED: mlp over t
 same_hash mlp one-mlp
 job gpt "$net.1" "$gpt" "${gpt_args[@]}" || { show gpt; echo "FAILED: gpt over two machines"; exit 1; }
 same_hash gpt one-gpt
+
+# mpirun with a hostfile, as on a cluster without a scheduler: Open MPI starts its daemon on
+# each machine through an agent in ssh's place (here: into the machine's namespace), its
+# TCP transport between them. The same weights as mpiexec on one machine. (Open MPI 4's
+# option names; with another MPI this part says so and is left out.)
+if "$mpiexec" --version 2>/dev/null | grep -qE "\((Open MPI|OpenRTE)\) 4\."; then
+  printf 'node0 slots=2\nnode1 slots=2\n' >"$work/hostfile"
+  cat >"$work/agent" <<AGENT
+#!/bin/sh
+# agent HOST COMMAND...: runs COMMAND on HOST, as ssh would
+case \$1 in node0) n=${ns[0]} ;; node1) n=${ns[1]} ;; *) echo "agent: no machine \$1" >&2; exit 1 ;; esac
+host=\$1
+shift
+exec ip netns exec "\$n" unshare --uts sh -c 'hostname "\$0" && exec sh -c "\$1"' "\$host" "\$*"
+AGENT
+  chmod +x "$work/agent"
+  for program in mlp gpt; do
+    args=("${mlp_args[@]}")
+    [[ $program == gpt ]] && args=("${gpt_args[@]}")
+    "$mpiexec" -n 4 "${!program}" "${args[@]}" --quiet --report "$work/one-mpi-$program.json" >"$work/one-mpi-$program.log" 2>&1 ||
+      { cat "$work/one-mpi-$program.log"; echo "FAILED: $program under mpiexec on one machine"; exit 1; }
+    # shellcheck disable=SC2016  # $0 and $@ are the inner shell's
+    ip netns exec "${ns[0]}" unshare --uts sh -c 'hostname node0 && exec "$@"' x timeout 300 "$mpiexec" -n 4 \
+      --hostfile "$work/hostfile" --mca plm_rsh_agent "$work/agent" --mca btl tcp,self \
+      --mca btl_tcp_if_include strata0 --mca oob_tcp_if_include strata0 \
+      "${!program}" "${args[@]}" --quiet --report "$work/hostfile-$program.json" >"$work/hostfile-$program.log" 2>&1 ||
+      { cat "$work/hostfile-$program.log"; echo "FAILED: $program under mpirun --hostfile over two machines"; exit 1; }
+    same_hash "hostfile-$program" "one-mpi-$program"
+  done
+else
+  echo "mpirun --hostfile over two machines: left out ($mpiexec is not Open MPI 4)"
+fi
 
 # MASTER_ADDR=node0: 127.0.1.1 on node0, so its rendezvous and Gloo devices are out of
 # node1's reach. Rank 0 says so, and every rank ends within the time-out.
