@@ -38,7 +38,7 @@ class gloo_comm : public detail::lane_comm<gloo_comm, detail::gloo_task> {
     auto ctx = std::make_shared<detail::gloo_group_context>(c.rank, c.world_size, gloo_limit());
     if (c.world_size > 1)
       ctx->connect(
-          detail::gloo_device(c.master_addr),
+          detail::gloo_device(c.master_addr, !detail::launched_on_one_machine(c)),
           [&](std::span<const std::byte> mine) { return detail::rendezvous_all_gather(c, mine, "gloo " + name); },
           name);
     std::vector<int> members(static_cast<std::size_t>(c.world_size));

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <strata/comm/detail/rendezvous_socket.hpp>
 #include <string>
 #include <vector>
@@ -84,18 +85,17 @@ TEST_CASE("loopback addresses are told from the ones other machines reach") {
   CHECK(strata::detail::loopback_only(nullptr).empty());
 }
 
-TEST_CASE("rank 0 warns of a MASTER_ADDR name that is loopback on its machine, and of nothing else") {
-  using strata::detail::loopback_name_warning;
+TEST_CASE("a MASTER_ADDR name for loopback here is told from addresses and other names") {
+  using strata::detail::loopback_master_name;
   // An address given as such, localhost (loopback on purpose) and a name that does not
-  // resolve (the rendezvous fails naming it) are not warned of.
-  for (const char* quiet : {"127.0.0.1", "127.0.1.1", "::1", "localhost", unresolvable}) {
-    INFO(quiet);
-    CHECK(loopback_name_warning(quiet).empty());
+  // resolve (the rendezvous fails naming it) are not such names.
+  for (const char* other : {"127.0.0.1", "127.0.1.1", "::1", "localhost", unresolvable}) {
+    INFO(other);
+    CHECK(loopback_master_name(other).empty());
   }
-  for (const auto& a : own_ipv4_addresses()) CHECK(loopback_name_warning(a).empty());
+  for (const auto& a : own_ipv4_addresses()) CHECK(loopback_master_name(a).empty());
   // This machine's own name, where it resolves only to loopback (this machine's
-  // /etc/hosts, and Debian's and Ubuntu's 127.0.1.1): the warning names it, the address
-  // and what to set.
+  // /etc/hosts, and Debian's and Ubuntu's 127.0.1.1), is one: its loopback address.
   char name[256] = {};
   REQUIRE(::gethostname(name, sizeof name - 1) == 0);
   addrinfo hints{};
@@ -104,23 +104,21 @@ TEST_CASE("rank 0 warns of a MASTER_ADDR name that is loopback on its machine, a
   const bool resolves = ::getaddrinfo(name, nullptr, &hints, &list) == 0;
   const std::string loopback = resolves ? strata::detail::loopback_only(list) : "";
   if (list) ::freeaddrinfo(list);
-  const std::string warning = loopback_name_warning(name);
   INFO(name << " resolves to loopback only: " << (loopback.empty() ? "no" : loopback));
-  if (loopback.empty()) {
-    WARN("this machine's name is not loopback-only here: only the quiet cases were checked");
-    CHECK(warning.empty());
+  if (loopback.empty()) WARN("this machine's name is not loopback-only here: only the other names were checked");
+  CHECK(loopback_master_name(name) == loopback);
+}
+
+TEST_CASE("the first network interface is one of this machine's, never loopback") {
+  const auto net = strata::detail::first_network_interface();
+  const auto own = own_ipv4_addresses();
+  INFO(net.name << " " << net.address);
+  if (own.empty()) {
+    WARN("no non-loopback IPv4 interface here: only that none was taken for IPv4 was checked");
+    CHECK(net.address.find('.') == std::string::npos);
   } else {
-    CHECK(warning.find(std::string("MASTER_ADDR=\"") + name + "\" is " + loopback) != std::string::npos);
-    CHECK(warning.find("STRATA_RENDEZVOUS_BIND=any") != std::string::npos);
-    CHECK(warning.find("STRATA_GLOO_IFNAME") != std::string::npos);
-    // What is already set is not asked for again; both set, nothing is said.
-    const std::string gloo_only = loopback_name_warning(name, true, false);
-    CHECK(gloo_only.find("STRATA_RENDEZVOUS_BIND") == std::string::npos);
-    CHECK(gloo_only.find("STRATA_GLOO_IFNAME") != std::string::npos);
-    const std::string rendezvous_only = loopback_name_warning(name, false, true);
-    CHECK(rendezvous_only.find("STRATA_RENDEZVOUS_BIND=any") != std::string::npos);
-    CHECK(rendezvous_only.find("STRATA_GLOO_IFNAME") == std::string::npos);
-    CHECK(loopback_name_warning(name, true, true).empty());
+    CHECK(!net.name.empty());
+    CHECK(std::find(own.begin(), own.end(), net.address) != own.end());
   }
 }
 

@@ -126,8 +126,11 @@ inline void ignore_sigpipe_by_default() {
 
 // The process's TCP device (one event loop for every Gloo context). STRATA_GLOO_IFNAME or
 // GLOO_SOCKET_IFNAME names the interface; else it is this machine's address on its route
-// to MASTER_ADDR, or loopback where MASTER_ADDR is loopback (a job on one machine).
-inline std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master_addr) {
+// to MASTER_ADDR, or loopback where MASTER_ADDR is loopback (a job on one machine). Where
+// MASTER_ADDR is a *name* for loopback here and the job `may_span_machines`, peers
+// elsewhere could not reach that: the first network interface's address (decision 0047).
+inline std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master_addr,
+                                                              bool may_span_machines = false) {
   static std::mutex m;
   static std::weak_ptr<::gloo::transport::Device> shared;
   std::lock_guard lk(m);
@@ -141,6 +144,9 @@ inline std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string&
     a.iface = ifname;
   } else if (master_addr == "localhost" || master_addr.rfind("127.", 0) == 0 || master_addr == "::1") {
     a.hostname = "127.0.0.1";
+  } else if (may_span_machines && !loopback_master_name(master_addr).empty()) {
+    const network_interface net = first_network_interface();
+    a.hostname = net.address.empty() ? "127.0.0.1" : net.address;
   } else {
     // Not the host name: where it maps to a loopback address (Debian's and Ubuntu's
     // 127.0.1.1) peers on other machines cannot connect to it, and where it does not

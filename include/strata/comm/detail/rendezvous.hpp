@@ -37,8 +37,9 @@ struct rendezvous_config {
   int world_size = 1;
   int local_rank = 0;
   std::chrono::duration<double> timeout{300.0};
-  std::string secret;     // STRATA_JOB_SECRET(_FILE): empty, the rendezvous admits anyone
-  bool bind_any = false;  // STRATA_RENDEZVOUS_BIND=any: rank 0 listens on every address
+  std::string secret;        // STRATA_JOB_SECRET(_FILE): empty, the rendezvous admits anyone
+  bool bind_any = false;     // STRATA_RENDEZVOUS_BIND=any: rank 0 listens on every address
+  bool bind_master = false;  // STRATA_RENDEZVOUS_BIND=master: on MASTER_ADDR's alone, whatever it is
 
   // The job secret and where rank 0 listens, from STRATA_JOB_SECRET(_FILE) and
   // STRATA_RENDEZVOUS_BIND (any, or the default: MASTER_ADDR's address).
@@ -50,6 +51,7 @@ struct rendezvous_config {
       return cat("STRATA_RENDEZVOUS_BIND=\"", b, "\": expected any (every local address) or master (MASTER_ADDR's)");
     });
     bind_any = b == "any";
+    bind_master = b == "master";
   }
 
   // Reads the launcher's variables (LOCAL_RANK defaults to 0); the time-out is
@@ -540,25 +542,45 @@ inline bool launched_on_one_machine(const rendezvous_config& c) {
   return (local && std::to_string(c.world_size) == local) || (nodes && std::string_view(nodes) == "1");
 }
 
-// Rank 0's server for a config: on MASTER_ADDR's address (or every address with
-// STRATA_RENDEZVOUS_BIND=any), with the job secret; it says once where it listens, and
-// whether the rendezvous is open to anyone who reaches it, and warns where MASTER_ADDR is a
-// name for loopback here while the launcher does not say the job is on this machine alone.
+// The loopback address MASTER_ADDR is here where it is a name for loopback on this machine
+// (loopback_master_name: torchrun's c10d rendezvous gives rank 0's host name, which Debian
+// and Ubuntu map to 127.0.1.1) and the launcher does not say the job is on this machine
+// alone; empty otherwise. Ranks on other machines could not reach loopback, so rank 0 then
+// listens on every address and this machine's Gloo devices open on its first network
+// interface (decision 0047).
+inline std::string loopback_master_of_spanning_job(const rendezvous_config& c) {
+  return launched_on_one_machine(c) ? std::string() : loopback_master_name(c.master_addr);
+}
+
+// Rank 0's server for a config: on MASTER_ADDR's address, or every address with
+// STRATA_RENDEZVOUS_BIND=any or where MASTER_ADDR is a name for loopback here in a job
+// that may span machines (unless STRATA_RENDEZVOUS_BIND=master); with the job secret. It
+// says once where it listens and why, and whether the rendezvous is open to anyone who
+// reaches it.
 inline rendezvous_server rendezvous_host(const rendezvous_config& c) {
-  rendezvous_server server(c.master_port, c.bind_any ? std::string() : c.master_addr, c.secret);
+  const std::string loopback = c.bind_any || c.bind_master ? std::string() : loopback_master_of_spanning_job(c);
+  const bool every = c.bind_any || !loopback.empty();
+  rendezvous_server server(c.master_port, every ? std::string() : c.master_addr, c.secret);
   static std::once_flag said;
   std::call_once(said, [&] {
-    std::fprintf(
-        stderr, "strata: rendezvous on %s (%s)%s\n", server.where().c_str(),
-        c.bind_any ? "STRATA_RENDEZVOUS_BIND=any" : "MASTER_ADDR; STRATA_RENDEZVOUS_BIND=any for every address",
-        c.secret.empty() ? "; open to any process that reaches it: set STRATA_JOB_SECRET on every rank to admit "
-                           "only this job's"
-                         : "; ranks prove the job secret");
-    const auto set = [](const char* name) { return std::getenv(name) && *std::getenv(name); };
-    const bool gloo_ifname = set("STRATA_GLOO_IFNAME") || set("GLOO_SOCKET_IFNAME");
-    if (const std::string w = loopback_name_warning(c.master_addr, c.bind_any, gloo_ifname);
-        !w.empty() && !launched_on_one_machine(c))
-      std::fprintf(stderr, "strata: warning: %s\n", w.c_str());
+    std::string why =
+        c.bind_any ? "STRATA_RENDEZVOUS_BIND=any" : "MASTER_ADDR; STRATA_RENDEZVOUS_BIND=any for every address";
+    if (!loopback.empty()) {
+      const char* ifname = std::getenv("STRATA_GLOO_IFNAME");
+      if (!ifname || !*ifname) ifname = std::getenv("GLOO_SOCKET_IFNAME");
+      const network_interface net = first_network_interface();
+      why = cat("MASTER_ADDR=\"", c.master_addr, "\" is ", loopback,
+                " here, loopback, and the launcher does not say the job is on this machine alone, so every address; "
+                "STRATA_RENDEZVOUS_BIND=master for MASTER_ADDR's alone",
+                ifname && *ifname ? std::string()
+                : net.name.empty()
+                    ? std::string("; this machine has no other network interface: Gloo stays on loopback")
+                    : cat("; Gloo here opens on ", net.name, " (", net.address, "), STRATA_GLOO_IFNAME names another"));
+    }
+    std::fprintf(stderr, "strata: rendezvous on %s (%s)%s\n", server.where().c_str(), why.c_str(),
+                 c.secret.empty() ? "; open to any process that reaches it: set STRATA_JOB_SECRET on every rank to "
+                                    "admit only this job's"
+                                  : "; ranks prove the job secret");
     std::fflush(stderr);
   });
   return server;

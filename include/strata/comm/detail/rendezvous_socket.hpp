@@ -4,6 +4,8 @@
 #pragma once
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -16,6 +18,7 @@
 #include <cstddef>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "../../core/error.hpp"
@@ -171,34 +174,51 @@ inline std::string loopback_only(const addrinfo* list) {
   return first;
 }
 
-// What rank 0 says when MASTER_ADDR is a *name* that resolves only to loopback on its
-// machine (Debian and Ubuntu map the host name to 127.0.1.1): its rendezvous listens there
-// unless `bind_any`, and Gloo devices offer that address unless `gloo_ifname` names an
-// interface, so ranks on other machines, where the name is the network address, cannot
-// connect. Empty where both are set, for an address given as such, for "localhost"
-// (loopback on purpose), and for a name that resolves elsewhere or not at all (the
-// rendezvous then fails naming it).
-inline std::string loopback_name_warning(const std::string& master_addr, bool bind_any = false,
-                                         bool gloo_ifname = false) {
+// The loopback address MASTER_ADDR is here where it is a *name* that resolves only to
+// loopback on this machine: Debian and Ubuntu map the host name to 127.0.1.1, and
+// torchrun's c10d rendezvous gives rank 0's host name. Empty for an address given as such,
+// for "localhost" (loopback on purpose), and for a name that resolves elsewhere or not at
+// all (the rendezvous then fails naming it).
+inline std::string loopback_master_name(const std::string& master_addr) {
   in6_addr scratch{};
-  if ((bind_any && gloo_ifname) || ::inet_pton(AF_INET, master_addr.c_str(), &scratch) == 1 ||
+  if (::inet_pton(AF_INET, master_addr.c_str(), &scratch) == 1 ||
       ::inet_pton(AF_INET6, master_addr.c_str(), &scratch) == 1 || master_addr == "localhost")
     return {};
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* list = nullptr;
   if (::getaddrinfo(master_addr.c_str(), nullptr, &hints, &list) != 0) return {};
-  const std::string loopback = loopback_only(list);
+  std::string loopback = loopback_only(list);
   ::freeaddrinfo(list);
-  if (loopback.empty()) return {};
-  const char* rendezvous = bind_any ? "" : "rank 0's rendezvous (set STRATA_RENDEZVOUS_BIND=any)";
-  const char* gloo = gloo_ifname ? ""
-                                 : "this machine's Gloo devices (set STRATA_GLOO_IFNAME to the interface the machines "
-                                   "reach each other on)";
-  return cat("MASTER_ADDR=\"", master_addr, "\" is ", loopback,
-             " on this machine, a loopback address: ranks on other machines cannot reach ", rendezvous,
-             *rendezvous && *gloo ? " or " : "", gloo,
-             ". Or give MASTER_ADDR as this machine's network address; a job on this machine alone may ignore this");
+  return loopback;
+}
+
+// This machine's first network interface that is up and neither loopback nor a docker
+// bridge (NCCL's default choice), IPv4 before IPv6: its name and numeric address, or
+// empty where there is none.
+struct network_interface {
+  std::string name, address;
+};
+inline network_interface first_network_interface() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return {};
+  network_interface v4, v6;
+  for (const ifaddrs* i = list; i; i = i->ifa_next) {
+    if (!i->ifa_addr || !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK) ||
+        std::string_view(i->ifa_name).starts_with("docker") || is_loopback_address(i->ifa_addr))
+      continue;
+    const int family = i->ifa_addr->sa_family;
+    network_interface& slot = family == AF_INET ? v4 : v6;
+    if ((family != AF_INET && family != AF_INET6) || !slot.name.empty()) continue;
+    // An IPv6 link-local address needs its scope to be reached: left out.
+    if (family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr))
+      continue;
+    char text[NI_MAXHOST] = {};
+    const socklen_t len = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    if (::getnameinfo(i->ifa_addr, len, text, sizeof text, nullptr, 0, NI_NUMERICHOST) == 0) slot = {i->ifa_name, text};
+  }
+  ::freeifaddrs(list);
+  return v4.name.empty() ? v6 : v4;
 }
 
 }  // namespace strata::detail
