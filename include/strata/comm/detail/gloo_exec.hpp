@@ -138,9 +138,7 @@ inline std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string&
   ignore_sigpipe_by_default();
   ::gloo::transport::tcp::attr a;
   const char* advice = " (set STRATA_GLOO_IFNAME to the network interface the ranks reach each other on)";
-  const char* ifname = std::getenv("STRATA_GLOO_IFNAME");
-  if (!ifname || !*ifname) ifname = std::getenv("GLOO_SOCKET_IFNAME");
-  if (ifname && *ifname) {
+  if (const char* ifname = gloo_ifname_from_env()) {
     a.iface = ifname;
   } else if (master_addr == "localhost" || master_addr.rfind("127.", 0) == 0 || master_addr == "::1") {
     a.hostname = "127.0.0.1";

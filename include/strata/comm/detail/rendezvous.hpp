@@ -42,7 +42,8 @@ struct rendezvous_config {
   bool bind_master = false;  // STRATA_RENDEZVOUS_BIND=master: on MASTER_ADDR's alone, whatever it is
 
   // The job secret and where rank 0 listens, from STRATA_JOB_SECRET(_FILE) and
-  // STRATA_RENDEZVOUS_BIND (any, or the default: MASTER_ADDR's address).
+  // STRATA_RENDEZVOUS_BIND: any, master, or unset (MASTER_ADDR's address, but every
+  // address where MASTER_ADDR is a name for loopback in a job across machines).
   void security_from_env() {
     secret = job_secret_from_env();
     const char* bind = std::getenv("STRATA_RENDEZVOUS_BIND");
@@ -566,13 +567,12 @@ inline rendezvous_server rendezvous_host(const rendezvous_config& c) {
     std::string why =
         c.bind_any ? "STRATA_RENDEZVOUS_BIND=any" : "MASTER_ADDR; STRATA_RENDEZVOUS_BIND=any for every address";
     if (!loopback.empty()) {
-      const char* ifname = std::getenv("STRATA_GLOO_IFNAME");
-      if (!ifname || !*ifname) ifname = std::getenv("GLOO_SOCKET_IFNAME");
+      const char* ifname = gloo_ifname_from_env();
       const network_interface net = first_network_interface();
       why = cat("MASTER_ADDR=\"", c.master_addr, "\" is ", loopback,
                 " here, loopback, and the launcher does not say the job is on this machine alone, so every address; "
                 "STRATA_RENDEZVOUS_BIND=master for MASTER_ADDR's alone",
-                ifname && *ifname ? std::string()
+                ifname ? std::string()
                 : net.name.empty()
                     ? std::string("; this machine has no other network interface: Gloo stays on loopback")
                     : cat("; Gloo here opens on ", net.name, " (", net.address, "), STRATA_GLOO_IFNAME names another"));

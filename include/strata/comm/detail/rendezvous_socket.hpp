@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -191,6 +192,14 @@ inline std::string loopback_master_name(const std::string& master_addr) {
   std::string loopback = loopback_only(list);
   ::freeaddrinfo(list);
   return loopback;
+}
+
+// The interface STRATA_GLOO_IFNAME (or else GLOO_SOCKET_IFNAME, PyTorch's) names for Gloo's
+// device, or null.
+inline const char* gloo_ifname_from_env() {
+  for (const char* name : {"STRATA_GLOO_IFNAME", "GLOO_SOCKET_IFNAME"})
+    if (const char* v = std::getenv(name); v && *v) return v;
+  return nullptr;
 }
 
 // This machine's first network interface that is up and neither loopback nor a docker
