@@ -347,14 +347,23 @@ def section_optimizer(runs, parsed, out):
             r = c.get(name)
             return "-" if not r else f"{r['gbs']:.1f}" + (f" ({r['vs_triad']:.2f})" if ratio else "")
 
+        def times(name):
+            r = c.get(name)
+            return "-" if not r else r["vs_fp32"] + "×"
+
         rows.append([f"2^{k}", t, gb("triad"), gb("adamw fp32", True), gb("adamw naive std::sqrt", True),
                      gb("sgd momentum fp32"), gb("lion fp32"),
-                     c.get("adamw bf16 mixed", {}).get("vs_fp32", "-") + "×",
-                     c.get("adamw fp16 mixed", {}).get("vs_fp32", "-") + "×"])
+                     times("adamw bf16 mixed"), times("adamw fp16 mixed")])
     out.append(table(["params", "threads", "triad", "AdamW fp32", "naive std::sqrt loop", "SGD momentum", "Lion",
                       "bf16 time / fp32", "fp16 time / fp32"], rows) + "\n")
     if o["targets"]:
         out.append("\n".join(f"- {l}" for l in o["targets"]) + "\n")
+
+
+def has_gloo(row):
+    """A host collectives row split at '|': size, strata, raw MPI, ratio, and where the build has
+    Gloo a fifth part, gloo's time, bus bandwidth and ratio to raw."""
+    return len(row) > 4
 
 
 def section_collectives(runs, parsed, out, key="collectives", device=False):
@@ -365,14 +374,14 @@ def section_collectives(runs, parsed, out, key="collectives", device=False):
     out.append(f"{cmd(runs[key])}: " + ("median times (µs)" if device else "nccl-tests bus bandwidth (GB/s)")
                + f"; ratio = strata / {raw} bus bandwidth, each pair run back to "
                "back in the same run" + ("; gloo = strata's `gloo_comm` over the same processes" if not device and any(
-                   len(r) > 5 for rows in c["ops"].values() for r in rows) else "") + ".\n")
+                   has_gloo(r) for rows in c["ops"].values() for r in rows) else "") + ".\n")
     if c["summary"]:
         out.append(table(["operation", "median ratio, sizes ≥ 1 MiB", "lowest"],
                          [[op, f"{a:.3f}", f"{b:.3f}"] for op, (a, b) in c["summary"].items()]) + "\n")
     for op, rows in c["ops"].items():
         if not rows:
             continue
-        gloo = not device and len(rows[0]) > 5
+        gloo = not device and has_gloo(rows[0])
         if device:  # one process: no bus bandwidth, the times
             h = ["bytes", "strata µs", f"{raw} µs", "ratio", "device copy µs"]
             body = [[fmt(int(r[0][0])), r[1][0], r[2][0], r[3][0], r[4][0] if len(r) > 4 else "-"] for r in rows]
