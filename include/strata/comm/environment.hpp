@@ -91,15 +91,7 @@ struct env_session {
 
   void start_gloo() {
 #if STRATA_HAS_GLOO
-    detail::rendezvous_config c;
-    c.master_addr = launch.master_addr;
-    c.master_port = launch.master_port;
-    c.rank = launch.rank;
-    c.world_size = launch.size;
-    c.local_rank = launch.local_rank;
-    c.timeout = default_comm_timeout();
-    c.security_from_env();
-    world.emplace(gloo_comm::world(c));
+    world.emplace(gloo_comm::world(detail::rendezvous_config::of(launch)));
 #else
     throw config_error(cat("strata::environment: a launch of ", launch.size, " processes by ", name_of(launch.kind),
                            " (", launch.source,

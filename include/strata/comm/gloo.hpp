@@ -36,11 +36,14 @@ class gloo_comm : public detail::lane_comm<gloo_comm, detail::gloo_task> {
   // MASTER_PORT and WORLD_SIZE; rank 0 hosts the rendezvous that swaps the addresses.
   static gloo_comm world(const detail::rendezvous_config& c, std::string name = "world") {
     auto ctx = std::make_shared<detail::gloo_group_context>(c.rank, c.world_size, gloo_limit());
-    if (c.world_size > 1)
+    if (c.world_size > 1) {
+      // The device resolves MASTER_ADDR for its route before any rank connects.
+      if (!detail::gloo_ifname_from_env()) detail::wait_until_resolves(c.master_addr, detail::deadline_in(c.timeout));
       ctx->connect(
           detail::gloo_device(c.master_addr, !detail::launched_on_one_machine(c)),
           [&](std::span<const std::byte> mine) { return detail::rendezvous_all_gather(c, mine, "gloo " + name); },
           name);
+    }
     std::vector<int> members(static_cast<std::size_t>(c.world_size));
     std::iota(members.begin(), members.end(), 0);
     return gloo_comm(std::move(ctx), std::move(name), std::move(members), 1, c.master_addr);

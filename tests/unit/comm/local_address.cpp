@@ -61,6 +61,27 @@ TEST_CASE("a host that does not resolve is a comm_error that names it") {
   }
 }
 
+TEST_CASE("MASTER_ADDR is waited for until it resolves, within the time-out, then named") {
+  using namespace std::chrono_literals;
+  namespace d = strata::detail;
+  const auto start = d::rendezvous_clock::now();
+  d::wait_until_resolves("127.0.0.1", d::deadline_in(10s));
+  d::wait_until_resolves("localhost", d::deadline_in(10s));
+  CHECK(d::rendezvous_clock::now() - start < 5s);  // at once: nothing to wait for
+  const auto before = d::rendezvous_clock::now();
+  try {
+    d::wait_until_resolves(unresolvable, d::deadline_in(500ms));
+    FAIL("no error");
+  } catch (const strata::comm_error& e) {
+    const std::string what = e.what();
+    CHECK(what.find(unresolvable) != std::string::npos);
+    CHECK(what.find("did not resolve before the time-out") != std::string::npos);
+  }
+  const auto waited = d::rendezvous_clock::now() - before;
+  CHECK(waited >= 500ms);  // it tried again until the deadline
+  CHECK(waited < 10s);
+}
+
 namespace {
 // strata::detail::loopback_only over the numeric address `a` (resolved without DNS).
 std::string loopback_only_of(const char* a) {

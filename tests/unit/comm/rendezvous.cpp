@@ -4,6 +4,10 @@
 // misconfigured or stray connection is refused and told why while the job goes on; two
 // ranks naming one GPU are a config_error on every rank. With a job secret, only ranks
 // that prove it are admitted (tests/unit/comm/rendezvous_secret.cpp).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstddef>
 #include <cstdlib>
@@ -182,6 +186,34 @@ TEST_CASE("a second process with a taken RANK is refused; the first keeps its pl
   CHECK(third == payload);
 }
 
+TEST_CASE("a rank whose process died after its hello may come again: its new process takes the place") {
+  rendezvous_server server(0, "127.0.0.1");
+  const auto payload = random_bytes(8, 6);
+  const int port = server.port();
+  // The first rank 1 is a process of its own, forked while this one has no other thread;
+  // it says hello and waits for the reply until it is killed, as a pod restarted mid-wait.
+  const pid_t first = ::fork();
+  REQUIRE(first >= 0);
+  if (first == 0) {
+    try {
+      (void)rendezvous_fetch("127.0.0.1", port, 1, 3, 60s);
+    } catch (...) {
+    }
+    ::_exit(0);
+  }
+  std::thread rank0([&] { server.serve(payload, 3, 20s); });
+  std::this_thread::sleep_for(500ms);  // its hello is in
+  ::kill(first, SIGKILL);
+  ::waitpid(first, nullptr, 0);
+  std::vector<std::byte> again, third;
+  std::thread a([&] { again = rendezvous_fetch("127.0.0.1", port, 1, 3, 20s); });
+  third = rendezvous_fetch("127.0.0.1", port, 2, 3, 20s);
+  a.join();
+  rank0.join();
+  CHECK(again == payload);
+  CHECK(third == payload);
+}
+
 TEST_CASE("two ranks naming one GPU are a config_error on every rank, naming both") {
   const int world = 4;
   rendezvous_server server(0, "127.0.0.1");
@@ -253,16 +285,28 @@ TEST_CASE("the launcher's variables are read and checked") {
   }
   auto config_error_of = [] { return error_of<strata::config_error>([] { rendezvous_config::from_env(); }); };
   SECTION("MASTER_ADDR missing") {
-    env_var a("MASTER_ADDR", nullptr), p("MASTER_PORT", "29500"), r("RANK", "0"), w("WORLD_SIZE", "1");
+    env_var a("MASTER_ADDR", nullptr), p("MASTER_PORT", "29500"), r("RANK", "0"), w("WORLD_SIZE", "2");
     CHECK(config_error_of().find("MASTER_ADDR is not set") != std::string::npos);
   }
   SECTION("a port that is not a port") {
-    env_var a("MASTER_ADDR", "h"), p("MASTER_PORT", "70000"), r("RANK", "0"), w("WORLD_SIZE", "1");
+    env_var a("MASTER_ADDR", "h"), p("MASTER_PORT", "70000"), r("RANK", "0"), w("WORLD_SIZE", "2");
     CHECK(config_error_of().find("MASTER_PORT=\"70000\" is not an integer in [1, 65535]") != std::string::npos);
   }
   SECTION("a rank outside the world") {
     env_var a("MASTER_ADDR", "h"), p("MASTER_PORT", "1234"), r("RANK", "2"), w("WORLD_SIZE", "2");
     CHECK(config_error_of().find("RANK=\"2\" is not an integer in [0, 1]") != std::string::npos);
+  }
+  SECTION("torchrun's agent store holds MASTER_PORT: the next port, as a launch by these variables takes") {
+    env_var a("MASTER_ADDR", "node-0"), p("MASTER_PORT", "29500"), r("RANK", "1"), w("WORLD_SIZE", "2"),
+        s("TORCHELASTIC_USE_AGENT_STORE", "True"), q("STRATA_RENDEZVOUS_PORT", nullptr);
+    CHECK(rendezvous_config::from_env().master_port == 29501);
+    CHECK(strata::detect_launch(false).master_port == 29501);
+    env_var chosen("STRATA_RENDEZVOUS_PORT", "31000");
+    CHECK(rendezvous_config::from_env().master_port == 31000);
+  }
+  SECTION("one process needs no rendezvous address") {
+    env_var a("MASTER_ADDR", nullptr), p("MASTER_PORT", nullptr), r("RANK", "0"), w("WORLD_SIZE", "1");
+    CHECK(rendezvous_config::from_env().world_size == 1);
   }
   SECTION("WORLD_SIZE missing") {
     env_var a("MASTER_ADDR", "h"), p("MASTER_PORT", "1234"), r("RANK", "0"), w("WORLD_SIZE", nullptr);

@@ -35,6 +35,20 @@ TEST_CASE("the default time-out is 300 s unless STRATA_COMM_TIMEOUT says otherwi
     REQUIRE(strata::detail::default_comm_timeout() == 300s);
 }
 
+TEST_CASE("STRATA_COMM_TIMEOUT: seconds, inf held at about three years, nothing else", "[timeout]") {
+  using strata::detail::parse_comm_timeout;
+  CHECK(parse_comm_timeout("2.5").count() == 2.5);
+  CHECK(parse_comm_timeout("inf").count() == strata::detail::max_comm_timeout_s);
+  CHECK(parse_comm_timeout("1e300").count() == strata::detail::max_comm_timeout_s);
+  // The longest deadline is still in the future on the clocks the waits use.
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(parse_comm_timeout("inf"));
+  CHECK(deadline > std::chrono::steady_clock::now());
+  for (const char* bad : {"0", "-1", "nan", "", "10s", "abc"})
+    CHECK_THROWS_WITH(parse_comm_timeout(bad), strata_test::contains_text(std::string("STRATA_COMM_TIMEOUT=\"") + bad +
+                                                                          "\" is not a positive number of seconds"));
+}
+
 #if STRATA_HAS_MPI
 namespace {
 

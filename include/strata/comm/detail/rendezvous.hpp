@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "../../core/error.hpp"
+#include "../launch.hpp"
 #include "lane.hpp"
 #include "rendezvous_auth.hpp"
 #include "rendezvous_socket.hpp"
@@ -55,38 +56,27 @@ struct rendezvous_config {
     bind_master = b == "master";
   }
 
-  // Reads the launcher's variables (LOCAL_RANK defaults to 0); the time-out is
-  // STRATA_COMM_TIMEOUT's. A missing or malformed variable is a config_error naming it.
-  static rendezvous_config from_env() {
+  // A launch's rendezvous (env or slurm: launch.hpp read MASTER_ADDR and the port, with
+  // torchrun's agent store and STRATA_RENDEZVOUS_PORT); the time-out is STRATA_COMM_TIMEOUT's,
+  // the job secret and the binding as security_from_env reads them.
+  static rendezvous_config of(const launch_info& l) {
     rendezvous_config c;
-    const char* addr = std::getenv("MASTER_ADDR");
-    expects<config_error>(addr && *addr,
-                          "NCCL bootstrap without MPI: MASTER_ADDR is not set; set it to rank 0's host name or "
-                          "address (torchrun, Slurm and Kubernetes launchers set MASTER_ADDR, MASTER_PORT, RANK, "
-                          "WORLD_SIZE and LOCAL_RANK)");
-    c.master_addr = addr;
-    c.master_port = env_number("MASTER_PORT", true, 1, 65535);
-    c.world_size = env_number("WORLD_SIZE", true, 1, 1 << 24);
-    c.rank = env_number("RANK", true, 0, c.world_size - 1);
-    c.local_rank = env_number("LOCAL_RANK", false, 0, 1 << 24);
+    c.master_addr = l.master_addr;
+    c.master_port = l.master_port;
+    c.rank = l.rank;
+    c.world_size = l.size;
+    c.local_rank = l.local_rank;
     c.timeout = default_comm_timeout();
     c.security_from_env();
     return c;
   }
 
- private:
-  static int env_number(const char* name, bool required, long lo, long hi) {
-    const char* s = std::getenv(name);
-    if (!s || !*s) {
-      expects<config_error>(!required, [&] { return cat("NCCL bootstrap without MPI: ", name, " is not set"); });
-      return 0;
-    }
-    char* end = nullptr;
-    const long v = std::strtol(s, &end, 10);
-    expects<config_error>(*end == '\0' && v >= lo && v <= hi, [&] {
-      return cat("NCCL bootstrap without MPI: ", name, "=\"", s, "\" is not an integer in [", lo, ", ", hi, "]");
-    });
-    return static_cast<int>(v);
+  // torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), read
+  // as a launch by them is (detect_launch): one rule for the port, whoever asks. A
+  // missing or malformed variable is a config_error naming it.
+  static rendezvous_config from_env() {
+    auto get = [](const char* n) -> const char* { return std::getenv(n); };
+    return of(launch_reader<decltype(get)>{get}.env("RANK, WORLD_SIZE"));
   }
 };
 
@@ -234,7 +224,7 @@ class rendezvous_server {
                                     const std::string& comm, std::span<const std::byte> own_blob,
                                     Payload&& payload_of) {
     using namespace rendezvous_wire;
-    const auto deadline = rendezvous_clock::now() + std::chrono::duration_cast<rendezvous_clock::duration>(timeout);
+    const auto deadline = deadline_in(timeout);
     raise_open_file_limit(static_cast<rlim_t>(world_size) + 64);  // one held connection per rank
     std::vector<admitted> held(static_cast<std::size_t>(world_size));
     held[0].key = own;
@@ -248,7 +238,23 @@ class rendezvous_server {
       throw comm_error(cat(prefix, problem));
     };
     int missing = world_size - 1;
-    while (missing > 0) {
+    for (;;) {
+      // A rank whose process died after its hello (a pod restarted while the job gathers)
+      // gives up its place before the others are told to go on, and the job waits for its
+      // new process rather than go on without it.
+      if (missing == 0) {
+        for (std::size_t r = 1; r < held.size(); ++r)
+          if (held[r].fd && closed_by_peer(held[r].fd.get())) {
+            std::fprintf(stderr,
+                         "strata: rendezvous (rank 0, %s): rank %zu's connection closed before the job "
+                         "began; waiting for it again\n",
+                         where().c_str(), r);
+            std::fflush(stderr);
+            held[r] = admitted{};
+            ++missing;
+          }
+        if (missing == 0) break;
+      }
       if (!wait_ready(fd_.get(), POLLIN, deadline)) {
         std::string ranks;
         for (int r = 1; r < world_size; ++r)
@@ -282,8 +288,18 @@ class rendezvous_server {
         continue;
       }
       const auto r = static_cast<std::size_t>(a.rank);
+      // A rank whose earlier process died after its hello takes its place again: admit()
+      // let it in only where that connection had ended.
+      if (held[r].fd) {
+        std::fprintf(stderr,
+                     "strata: rendezvous (rank 0, %s): rank %zu's earlier connection had closed; %s takes its "
+                     "place\n",
+                     where().c_str(), r, address_text(from).c_str());
+        std::fflush(stderr);
+      } else {
+        --missing;
+      }
       held[r] = std::move(a);
-      --missing;
     }
     std::vector<device_key> keys;
     for (const auto& h : held) keys.push_back(h.key);
@@ -355,7 +371,8 @@ class rendezvous_server {
         problem = cat("rank ", a.rank, " says WORLD_SIZE=", world, ", rank 0 has WORLD_SIZE=", world_size);
       else if (a.rank <= 0 || a.rank >= world_size)
         problem = cat("rank ", a.rank, " is not a rank in 1..", world_size - 1);
-      else if (held[static_cast<std::size_t>(a.rank)].fd)
+      else if (held[static_cast<std::size_t>(a.rank)].fd &&
+               !closed_by_peer(held[static_cast<std::size_t>(a.rank)].fd.get()))
         problem = cat("rank ", a.rank, " has come already (two processes with the same RANK?)");
       if (!problem.empty()) {
         try_reply(fd, rejected, cat("rank 0 refused this rank: ", problem), hello_deadline);
@@ -561,6 +578,7 @@ inline std::string loopback_master_of_spanning_job(const rendezvous_config& c) {
 inline rendezvous_server rendezvous_host(const rendezvous_config& c) {
   const std::string loopback = c.bind_any || c.bind_master ? std::string() : loopback_master_of_spanning_job(c);
   const bool every = c.bind_any || !loopback.empty();
+  if (!every) wait_until_resolves(c.master_addr, deadline_in(c.timeout));
   rendezvous_server server(c.master_port, every ? std::string() : c.master_addr, c.secret);
   static std::once_flag said;
   std::call_once(said, [&] {

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
@@ -20,6 +21,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 #include "../../core/error.hpp"
@@ -66,7 +68,9 @@ inline bool wait_ready(int fd, short events, rendezvous_clock::time_point deadli
     pollfd p{fd, events, 0};
     const int r = ::poll(&p, 1, ms_left(deadline));
     if (r > 0) return true;
-    if (r == 0) return false;
+    // ms_left caps one wait at 1e9 ms: a later deadline waits again.
+    if (r == 0 && rendezvous_clock::now() >= deadline) return false;
+    if (r == 0) continue;
     if (errno != EINTR) throw comm_error(cat("rendezvous: poll failed: ", errno_text(errno)));
   }
 }
@@ -102,6 +106,44 @@ inline void recv_all(int fd, void* data, std::size_t n, rendezvous_clock::time_p
     p += r;
     n -= static_cast<std::size_t>(r);
   }
+}
+
+// The time point `t` from now (t at most max_comm_timeout_s: no overflow).
+inline rendezvous_clock::time_point deadline_in(std::chrono::duration<double> t) {
+  return rendezvous_clock::now() + std::chrono::duration_cast<rendezvous_clock::duration>(t);
+}
+
+// Returns once `host` resolves; a comm_error naming it where it has not by `deadline`.
+// A Kubernetes pod may start before its peers' DNS records (or its own) are published:
+// rank 0's bind and the Gloo device resolve MASTER_ADDR before any connection, so they
+// wait for it as the other ranks' connection attempts do, within the same time-out.
+inline void wait_until_resolves(const std::string& host, rendezvous_clock::time_point deadline) {
+  auto pause = std::chrono::milliseconds(50);
+  for (;;) {
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const int r = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+    if (found) ::freeaddrinfo(found);
+    if (r == 0) return;
+    const auto now = rendezvous_clock::now();
+    if (now >= deadline)
+      throw comm_error(cat("rendezvous: MASTER_ADDR \"", host, "\" did not resolve before the time-out (",
+                           ::gai_strerror(r), "); check the name, or raise STRATA_COMM_TIMEOUT"));
+    std::this_thread::sleep_for(std::min<rendezvous_clock::duration>(pause, deadline - now));
+    pause = std::min(pause * 2, std::chrono::milliseconds(1000));
+  }
+}
+
+// Whether the peer of a held connection has gone (closed, or reset): a rank sends nothing
+// after its hello while it waits for rank 0's reply, so anything to read is its end.
+inline bool closed_by_peer(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLERR | POLLHUP)) return true;
+  char c = 0;
+  const ssize_t r = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 inline void set_nonblocking(int fd) {
