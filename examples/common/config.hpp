@@ -56,6 +56,15 @@ inline void check_options_agree(args& a, const std::string& path, const strata::
         b.gradient_accumulation_steps, v.gradient_accumulation_steps.value_or(0));
   agree("precision", true, c.precision() == v.precision, "precision (fp16.enabled, bf16.enabled)", c.precision(),
         v.precision);
+  // The Trainer's own optimizer and warmup where the file has none (config_auto.hpp);
+  // otherwise the file's, which the options must then agree with.
+  if (c.optimizer == "adamw") {
+    const float wd = static_cast<float>(v.weight_decay);
+    agree("weight-decay", true, c.adamw_params.weight_decay == wd, "optimizer.params.weight_decay",
+          c.adamw_params.weight_decay, wd);
+  }
+  const long warmup = c.scheduler.empty() ? 0 : c.schedule.warmup_num_steps;
+  agree("warmup", true, warmup == v.warmup_steps, "scheduler.params.warmup_num_steps", warmup, v.warmup_steps);
 }
 
 // Reads --config when given and fills the policies, options and global batch from it.
@@ -91,17 +100,26 @@ inline config_choice apply_config(args& a, const char* program, int rank, int wo
     });
   else
     *tp = t, *pp = p;
-  strata::expects<strata::config_error>(world_size % (t * p) == 0, [&] {
+  // In 64 bits: the file may give each size up to INT_MAX, whose int product wraps (to 0 for
+  // 65536 x 65536).
+  const long grid = static_cast<long>(t) * p;
+  strata::expects<strata::config_error>(grid <= world_size && world_size % grid == 0, [&] {
     return "config: tensor x pipeline = " + std::to_string(t) + " x " + std::to_string(p) + " does not divide " +
            std::to_string(world_size) + " processes";
   });
-  c.cfg->resolve(world_size / (t * p));
+  c.cfg->resolve(static_cast<int>(world_size / grid));
   if (autos) check_options_agree(a, path, *c.cfg, *autos);
   pol = strata::to_runtime_policies(*c.cfg);
   pol.schedule = c.cfg->pipeline_schedule;
   const auto seed = opts.seed;
+  // strata.seed 0 (or none) leaves the seed to the command line, and the printed config
+  // then shows the one the run uses; a nonzero one and a different --seed conflict.
+  strata::expects<strata::config_error>(!c.cfg->seed || !a.has("seed") || c.cfg->seed == seed, [&] {
+    return strata::cat("--seed ", seed, " conflicts with --config ", path, ", whose strata.seed is ", c.cfg->seed,
+                       " (set it to 0 there to take --seed)");
+  });
+  if (!c.cfg->seed) c.cfg->seed = seed;
   opts = strata::to_trainer_options(*c.cfg);
-  if (!c.cfg->seed) opts.seed = seed;
   global_batch = c.cfg->batch->train_batch_size;
   return c;
 }

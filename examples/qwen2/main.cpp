@@ -129,9 +129,8 @@ int main(int argc, char** argv) {
     autos.total_steps = lo.steps;
     autos.train_batch_size = lo.batch;
     autos.gradient_accumulation_steps = opts.micro_batches;
-    const long dp = world / std::max(1, o.tp * o.pp);
-    if (dp > 0 && lo.batch % (dp * opts.micro_batches) == 0)
-      autos.micro_batch_size = lo.batch / dp / opts.micro_batches;
+    // The micro batch is left to run_config::resolve, which divides by the data-parallel
+    // size of the file's own tensor and pipeline sizes (--tp and --pp yield to the file).
     autos.precision = pol.precision;
     if (o.model.hidden_size > 0) autos.hidden_size = o.model.hidden_size;
     autos.max_grad_norm = a.has("clip") ? opts.max_grad_norm : 1.0;

@@ -72,6 +72,26 @@ for t in hf_zero2_auto hf_zero3_auto; do
   grep -q '"auto" filled by the program: .*optimizer.params.lr' "$work/$t.out"
   grep -q '"lr":0.003,' "$work/$t.out"
 done
+# The template with the file's own tensor-parallel size: the micro batch its "auto" leaves
+# comes from the file's data-parallel size (8 rows / 2 data-parallel ranks = 4 a rank).
+python3 - "$src/tests/data/configs/hf_zero2_auto.json" "$work/hf_tp2.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["strata"] = {"tensor_parallel_size": 2}
+json.dump(c, open(sys.argv[2], "w"))
+PY
+"$mpiexec" -n 4 "$qwen2" "${data[@]}" --seq 64 --batch 8 --steps 1 --lr 3e-3 --quiet --config "$work/hf_tp2.json" \
+  >"$work/hf_tp2.out"
+grep -q '"train_micro_batch_size_per_gpu":4,' "$work/hf_tp2.out" || { cat "$work/hf_tp2.out"; exit 1; }
+# No optimizer or scheduler section: the program's lr, weight decay and warmup decide, as
+# the Hugging Face Trainer's arguments do, and the config printed says so.
+echo '{"train_batch_size": "auto", "zero_optimization": {"stage": 2}}' >"$work/bare.json"
+"$qwen2" "${data[@]}" --seq 64 --batch 8 --steps 1 --lr 3e-3 --weight-decay 0.05 --warmup 3 --quiet \
+  --config "$work/bare.json" >"$work/bare.out"
+for want in '"lr":0.003,' '"weight_decay":0.05' '"type":"WarmupLR"' '"warmup_num_steps":3,' '"warmup_type":"log"' \
+  '"auto" filled by the program: .*optimizer.params.lr'; do
+  grep -q -- "$want" "$work/bare.out" || { echo "FAILED: no $want in:"; cat "$work/bare.out"; exit 1; }
+done
 
 # Bad input, each an error before training (exit 2).
 bad() {
@@ -101,6 +121,20 @@ with open(sys.argv[1], "wb") as f:
 PY
 bad "big.bin: token 300 at offset 1028 (token 2) is not below the model's vocab_size 258" --model random:demo \
   --data "$work/big.bin" --seq 16 --batch 2 --steps 1
+# A config's mistakes and conflicts, named before training.
+echo '{"train_batch_size": 8, "strata": {"tensor_parallel_size": 65536, "pipeline_parallel_size": 65536}}' \
+  >"$work/huge_grid.json"
+bad "config: tensor x pipeline = 65536 x 65536 does not divide 1 processes" "${data[@]}" --seq 64 --steps 1 \
+  --config "$work/huge_grid.json"
+echo '{"train_batch_size": 8, "zero_optimization": {"stage": 3}, "zero_optimization": {"stage": 1}}' >"$work/twice.json"
+bad "zero_optimization is given twice" "${data[@]}" --seq 64 --steps 1 --config "$work/twice.json"
+echo '{"train_batch_size": 8, "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}}' \
+  >"$work/warmup10.json"
+bad "--warmup 3 conflicts with --config $work/warmup10.json, whose scheduler.params.warmup_num_steps is 10" \
+  "${data[@]}" --seq 64 --steps 1 --warmup 3 --config "$work/warmup10.json"
+echo '{"train_batch_size": 8, "strata": {"seed": 7}}' >"$work/seed7.json"
+bad "--seed 5 conflicts with --config $work/seed7.json, whose strata.seed is 7" "${data[@]}" --seq 64 --steps 1 \
+  --seed 5 --config "$work/seed7.json"
 
 python3 - "$work" <<'PY'
 import json, os, sys

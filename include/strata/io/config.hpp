@@ -196,8 +196,9 @@ inline void read_precision(json_reader& root, run_config& c) {
     if (auto v = f.integer("loss_scale_window", 1, std::numeric_limits<long>::max())) o.loss_scale_window = *v;
     if (auto v = f.integer("hysteresis", 1, std::numeric_limits<int>::max())) o.hysteresis = static_cast<int>(*v);
     if (auto v = f.boolean("consecutive_hysteresis")) o.consecutive_hysteresis = *v;
-    if (auto v = f.number("min_loss_scale", std::numeric_limits<double>::denorm_min(),
-                          std::numeric_limits<float>::max(), "a number > 0"))
+    // Bounded by what a float holds: a double just above 0 would round to 0 in the scaler.
+    if (auto v = f.number("min_loss_scale", std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::max(),
+                          "a number > 0 (a 32-bit float: at least 1.4e-45)"))
       o.min_loss_scale = static_cast<float>(*v);
   }
   // DeepSpeed still reads the section under its old name "bfloat16" when "bf16" is absent.
@@ -220,6 +221,10 @@ inline void read_betas(json_reader& p, float& b1, float& b2) {
   if (!(x >= 0.0 && x < 1.0 && y >= 0.0 && y < 1.0)) p.expected("betas", want, *j);
   b1 = static_cast<float>(x);
   b2 = static_cast<float>(y);
+  // The optimizer computes in 32-bit floats, where 0.99999999 is 1.
+  if (b1 >= 1.0f || b2 >= 1.0f)
+    p.fail("betas", cat("has a beta that is 1 as a 32-bit float, got ", detail::json_reader::show(*j),
+                        "; the largest below 1 is 0.99999994"));
 }
 
 inline void read_optimizer(json_reader& root, run_config& c) {
@@ -320,14 +325,7 @@ inline void read_strata(json_reader& root, run_config& c) {
 // the file gives always wins over the program's.
 inline run_config parse_config(std::string_view text, const std::string& source = "config",
                                const config_auto_values* autos = nullptr) {
-  nlohmann::json root;
-  try {
-    root = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    std::string what = e.what();
-    if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
-    throw config_error(strata::cat(source, ": not valid JSON: ", what));
-  }
+  nlohmann::json root = detail::parse_json_once_each(text, source);
   if (!root.is_object())
     throw config_error(
         strata::cat(source, ": the top level must be a JSON object, got ", detail::json_reader::show(root)));
@@ -413,6 +411,7 @@ inline nlohmann::json resolved_config_json(const run_config& c) {
   json& z = j["zero_optimization"];
   z["stage"] = c.zero_stage;
   z["offload_optimizer"]["device"] = c.offload_optimizer ? "cpu" : "none";
+  z["offload_param"]["device"] = c.offload_param ? "cpu" : "none";
   z["reduce_bucket_size"] = c.reduce_bucket_size;
   z["stage3_prefetch_bucket_size"] = c.stage3_prefetch_bucket_size;
   z["stage3_param_persistence_threshold"] = c.stage3_param_persistence_threshold;

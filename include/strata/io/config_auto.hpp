@@ -103,6 +103,25 @@ inline void fill_auto(nlohmann::json& root, const config_auto_values& v, const s
     throw config_error(cat(source,
                            ": the program's precision for \"auto\" must be \"fp32\", \"bf16\" or \"fp16\", got \"",
                            v.precision, "\""));
+  // Where the file has no optimizer (or no scheduler), the Trainer makes its own from its
+  // arguments: AdamW with --learning_rate, the betas, epsilon and --weight_decay, and its
+  // warmup from --warmup_steps. Written here as "auto" entries, which the rules below fill
+  // (and list in `filled`), so the program's options, not strata's defaults, decide.
+  if (root.is_object() && !root.contains("optimizer") && v.lr)
+    root["optimizer"] = {{"type", "AdamW"},
+                         {"params", {{"lr", "auto"}, {"betas", "auto"}, {"eps", "auto"}, {"weight_decay", "auto"}}}};
+  if (root.is_object() && !root.contains("scheduler") && v.lr && v.warmup_steps > 0) {
+    // Up to the optimizer's lr (the file's where it writes one), over the program's warmup,
+    // on DeepSpeed's default (log) curve, as the program warms up without a config.
+    nlohmann::json peak = "auto";
+    const auto& o = root["optimizer"];
+    if (o.is_object() && o.contains("params") && o["params"].is_object() && o["params"].contains("lr") &&
+        o["params"]["lr"].is_number())
+      peak = o["params"]["lr"];
+    root["scheduler"] = {
+        {"type", "WarmupLR"},
+        {"params", {{"warmup_min_lr", "auto"}, {"warmup_max_lr", peak}, {"warmup_num_steps", "auto"}}}};
+  }
   auto_filler f(root, source, filled);
 
   // trainer_config_process: the keys TrainingArguments decides.

@@ -66,6 +66,7 @@ void check_same_settings(const run_config& a, const run_config& b) {
   CHECK(a.batch->gradient_accumulation_steps == b.batch->gradient_accumulation_steps);
   CHECK(a.zero_stage == b.zero_stage);
   CHECK(a.offload_optimizer == b.offload_optimizer);
+  CHECK(a.offload_param == b.offload_param);
   CHECK(a.reduce_bucket_size == b.reduce_bucket_size);
   CHECK(a.stage3_prefetch_bucket_size == b.stage3_prefetch_bucket_size);
   CHECK(a.stage3_param_persistence_threshold == b.stage3_param_persistence_threshold);
@@ -349,7 +350,7 @@ TEST_CASE("\"auto\" filled: a value the file gives wins over the program's") {
                                      "config", &v);
   CHECK(z2.stage3_prefetch_bucket_size == 50'000'000);
   CHECK(z2.stage3_param_persistence_threshold == 100'000);
-  CHECK(z2.auto_filled.empty());
+  for (const auto& k : z2.auto_filled) CHECK(k.rfind("zero_optimization", 0) != 0);
 
   // The Trainer's default warmup (0 steps) is DeepSpeed's max(2, N) warmup as N = 1.
   config_auto_values none_warm = v;
@@ -414,6 +415,41 @@ TEST_CASE("an \"auto\" the program cannot fill: an error naming the key and what
   bad.hidden_size = 0;
   CHECK(auto_error_of(R"({"train_batch_size": 8})", bad) ==
         "config: the program's hidden size for \"auto\" must be >= 1 and its square fit, got 0");
+}
+
+TEST_CASE("no optimizer or scheduler section: the program's AdamW and warmup, as the Trainer builds its own") {
+  config_auto_values v = program_values();
+  v.lr = 2e-4;
+  v.weight_decay = 0.05;
+  v.warmup_steps = 7;
+  const run_config c = parse_config(R"({"train_batch_size": 8})", "config", &v);
+  CHECK(c.optimizer == "adamw");
+  CHECK(c.lr == 2e-4f);
+  CHECK(c.adamw_params.weight_decay == 0.05f);
+  CHECK(c.adamw_params.beta1 == static_cast<float>(v.beta1));
+  CHECK(c.adamw_params.eps == static_cast<float>(v.eps));
+  CHECK(c.scheduler == "WarmupLR");
+  check_same_schedule(c.schedule, strata::lr_schedule::linear_warmup(0.0, 2e-4, 7));
+  for (const char* k : {"optimizer.params.lr", "optimizer.params.weight_decay", "scheduler.params.warmup_num_steps"})
+    CHECK(std::find(c.auto_filled.begin(), c.auto_filled.end(), k) != c.auto_filled.end());
+  // Without a warmup the lr stays constant: no scheduler.
+  v.warmup_steps = 0;
+  CHECK(parse_config(R"({"train_batch_size": 8})", "config", &v).scheduler.empty());
+  // A section the file gives is the file's.
+  const run_config own =
+      parse_config(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}})", "config", &v);
+  CHECK(own.lr == 1e-3f);
+  CHECK(own.adamw_params.weight_decay == 0.0f);  // DeepSpeed's default, not the program's
+  // Warming up to the file's lr where the file gives the optimizer and not the scheduler.
+  v.warmup_steps = 7;
+  const run_config warm =
+      parse_config(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}})", "config", &v);
+  check_same_schedule(warm.schedule, strata::lr_schedule::linear_warmup(0.0, 1e-3, 7));
+  // Without the program's values (or its lr), strata's defaults as before.
+  CHECK(parse_config(R"({"train_batch_size": 8})").lr == 1e-3f);
+  config_auto_values no_lr = program_values();
+  no_lr.lr.reset();
+  CHECK(parse_config(R"({"train_batch_size": 8})", "config", &no_lr).lr == 1e-3f);
 }
 
 TEST_CASE("resolved_config_json: the settings strata uses, in DeepSpeed's layout, read back to the same") {
@@ -556,9 +592,20 @@ TEST_CASE("malformed configs: each fails with its exact message") {
       {"bad_bucket_size.json", "config: zero_optimization.reduce_bucket_size must be an integer >= 1, got 1000.5"},
       {"bad_clipping.json", "config: gradient_clipping must be a number >= 0, got -1.0"},
       {"bad_cos_ratio.json", "config: scheduler.params.cos_min_ratio must be a number in [0, 1], got 2"},
+      {"bad_duplicate_key.json",
+       "config: zero_optimization is given twice; give each key once (a JSON parser would keep the last silently)"},
+      {"bad_duplicate_nested_key.json",
+       "config: optimizer.params.lr is given twice; give each key once (a JSON parser would keep the last "
+       "silently)"},
       {"bad_fp16_and_bf16.json", "config: fp16.enabled and bf16.enabled are both true; enable one of them"},
       {"bad_fp16_enabled_type.json", "config: fp16.enabled must be true or false, got \"yes\""},
-      {"bad_fp16_min_scale.json", "config: fp16.min_loss_scale must be a number > 0, got 0"},
+      {"bad_fp16_min_scale.json",
+       "config: fp16.min_loss_scale must be a number > 0 (a 32-bit float: at least 1.4e-45), got 0"},
+      {"bad_fp16_min_scale_tiny.json",
+       "config: fp16.min_loss_scale must be a number > 0 (a 32-bit float: at least 1.4e-45), got 1e-300"},
+      {"bad_beta_float_one.json",
+       "config: optimizer.params.betas has a beta that is 1 as a 32-bit float, got [0.9,0.99999999]; the largest "
+       "below 1 is 0.99999994"},
       {"bad_fp16_scale_power.json", "config: fp16.initial_scale_power must be an integer 0..126, got 200"},
       {"bad_json.json",
        "config: not valid JSON: parse error at line 1, column 24: syntax error while parsing object key - unexpected "

@@ -171,6 +171,46 @@ class json_reader {
   int exceptions_;
 };
 
+// Parses `text` as JSON, refusing a key given twice in one object at any depth, which the
+// parser would otherwise settle silently by keeping the last (DeepSpeed refuses such a
+// file too): a config_error naming the key's path. Invalid JSON is a config_error too.
+// `source` begins every message.
+inline nlohmann::json parse_json_once_each(std::string_view text, const std::string& source) {
+  using event = nlohmann::json::parse_event_t;
+  // keys[d]: the keys seen so far in the object open at depth d - 1; path[d]: the key its
+  // value at depth d was read under ("[]" inside an array).
+  std::vector<std::set<std::string, std::less<>>> keys(1);
+  std::vector<std::string> path(1);
+  const auto at = [&](std::size_t depth) -> std::size_t {
+    if (keys.size() <= depth) keys.resize(depth + 1), path.resize(depth + 1);
+    return depth;
+  };
+  try {
+    return nlohmann::json::parse(text.begin(), text.end(), [&](int depth, event ev, nlohmann::json& value) {
+      const auto d = static_cast<std::size_t>(depth);
+      if (ev == event::object_start || ev == event::array_start) {
+        keys[at(d + 1)].clear();
+        if (ev == event::array_start) path[d + 1] = "[]";
+      } else if (ev == event::key) {
+        const auto& k = value.get_ref<const std::string&>();
+        path[at(d)] = k;
+        if (!keys[d].insert(k).second) {
+          std::string where;
+          for (std::size_t i = 1; i <= d; ++i) where += (i > 1 ? "." : "") + path[i];
+          throw config_error(cat(source, ": ", where,
+                                 " is given twice; give each key once (a JSON parser would keep "
+                                 "the last silently)"));
+        }
+      }
+      return true;
+    });
+  } catch (const nlohmann::json::exception& e) {
+    std::string what = e.what();
+    if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+    throw config_error(cat(source, ": not valid JSON: ", what));
+  }
+}
+
 // A reader over the object at `k` of `parent` (an empty object when absent).
 inline json_reader child(json_reader& parent, std::string_view k) {
   static const nlohmann::json empty = nlohmann::json::object();
