@@ -386,8 +386,9 @@ def section_collectives(runs, parsed, out, key="collectives", device=False):
             h = ["bytes", "strata µs", f"{raw} µs", "ratio", "device copy µs"]
             body = [[fmt(int(r[0][0])), r[1][0], r[2][0], r[3][0], r[4][0] if len(r) > 4 else "-"] for r in rows]
         else:
-            h = ["bytes", "strata busbw", f"{raw} busbw", "ratio"] + (["gloo busbw", "gloo / raw"] if gloo else [])
-            body = [[fmt(int(r[0][0])), r[1][2], r[2][2], r[3][0]] + ([r[4][1], r[4][2]] if gloo else []) for r in rows]
+            h = ["bytes", "strata busbw", f"{raw} busbw", "ratio"] + (["gloo µs", "gloo busbw", "gloo / raw"]
+                                                                   if gloo else [])
+            body = [[fmt(int(r[0][0])), r[1][2], r[2][2], r[3][0]] + (r[4][:3] if gloo else []) for r in rows]
         out.append(f"{op}:\n\n" + table(h, body) + "\n")
     if c["breakdown"]:
         out.append("Per-call breakdown (what each thing `nccl_comm` does costs beside raw NCCL):\n\n```\n# per-call "

@@ -65,10 +65,10 @@ class Collectives(unittest.TestCase):
     def test_gloo_columns_reach_the_page(self):
         page = page_of("collectives", "collectives", WITH_GLOO, bench_report.section_collectives)
         self.assertIn("gloo = strata's `gloo_comm`", page)
-        self.assertIn("| bytes | strata busbw | raw MPI busbw | ratio | gloo busbw | gloo / raw |", page)
+        self.assertIn("| bytes | strata busbw | raw MPI busbw | ratio | gloo µs | gloo busbw | gloo / raw |", page)
         # The 256 MiB all_reduce row, with gloo's bus bandwidth and its ratio to raw MPI.
-        self.assertIn("| 268,435,456 | 1.113 | 1.115 | 0.994 | 1.339 | 1.201 |", page)
-        self.assertIn("| 1,048,576 | 3.287 | 0.822 | 4.084 | 0.196 | 1.140 |", page)
+        self.assertIn("| 268,435,456 | 1.113 | 1.115 | 0.994 | 401000.0 | 1.339 | 1.201 |", page)
+        self.assertIn("| 1,048,576 | 3.287 | 0.822 | 4.084 | 2680.0 | 0.196 | 1.140 |", page)
 
     def test_no_gloo_no_gloo_columns(self):
         page = page_of("collectives", "collectives", WITHOUT_GLOO, bench_report.section_collectives)
