@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "mix_bits.hpp"
 #include "strata/core/dtype.hpp"
 
 namespace {
@@ -74,15 +75,9 @@ constexpr float fp16_to_float(std::uint16_t h) {
 using strata::detail::bits_float;
 using strata::detail::float_bits;
 
-// 32 well-mixed bits of u (a murmur3 finalizer): every input meets another noise, with
-// upper bits set too, which the conversion must ignore.
-constexpr std::uint32_t noise_of(std::uint32_t u) {
-  u ^= u >> 16;
-  u *= 0x7feb352du;
-  u ^= u >> 15;
-  u *= 0x846ca68bu;
-  return u ^ (u >> 16);
-}
+// Every input meets another noise, with upper bits set too, which the conversion must
+// ignore.
+constexpr std::uint32_t noise_of(std::uint32_t u) { return strata_test::mix_bits(u); }
 
 // Mismatches of one conversion: how many, and the smallest input that gave one.
 struct mismatches {

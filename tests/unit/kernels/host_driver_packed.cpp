@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "mix_bits.hpp"
 #include "strata/kernels/adamw.hpp"
 #include "strata/kernels/host_driver.hpp"
 
@@ -175,14 +176,7 @@ k::adamw_update<H, H, W> adam_on(adam_arrays<H>& a, float grad_scale, float deca
           77};
 }
 
-// 32 well-mixed bits of i (a murmur3 finalizer).
-constexpr std::uint32_t mix(std::uint32_t u) {
-  u ^= u >> 16;
-  u *= 0x7feb352du;
-  u ^= u >> 15;
-  u *= 0x846ca68bu;
-  return u ^ (u >> 16);
-}
+using strata_test::mix_bits;
 
 // n elements: grad i is pattern (i * 40503 + i / 65536) mod 2^16 of H, so every block of
 // 65536 holds every pattern, each block paired with other masters. Master i has as its
@@ -202,11 +196,11 @@ adam_arrays<H> sweep(std::size_t n, bool special_moments) {
     const auto u = static_cast<std::uint32_t>(i);
     a.grad[i] = H::from_bits(static_cast<std::uint16_t>(u * 40503u + (u >> 16)));
     a.master[i] = bits_float(((u & 0xfffffu) << 12) | lows[(u >> 20) % 8]);
-    const std::uint32_t r = mix(u);
-    a.m[i] = bits_float((r & 0x807fffffu) | (((r >> 23) % 60u + 97u) << 23));      // |m| in [2^-30, 2^30)
-    a.v[i] = bits_float((mix(r) & 0x007fffffu) | (((r >> 8) % 70u + 67u) << 23));  // v in [2^-60, 2^10)
-    if (special_moments && r % 61 == 0) a.m[i] = bits_float(0x7f800000u | (mix(r) & 0x807fffffu) | 1u);  // NaNs
-    if (special_moments && r % 67 == 1) a.v[i] = bits_float(0x7f800000u | (mix(r + 1) & 0x807fffffu) | 1u);
+    const std::uint32_t r = mix_bits(u);
+    a.m[i] = bits_float((r & 0x807fffffu) | (((r >> 23) % 60u + 97u) << 23));           // |m| in [2^-30, 2^30)
+    a.v[i] = bits_float((mix_bits(r) & 0x007fffffu) | (((r >> 8) % 70u + 67u) << 23));  // v in [2^-60, 2^10)
+    if (special_moments && r % 61 == 0) a.m[i] = bits_float(0x7f800000u | (mix_bits(r) & 0x807fffffu) | 1u);  // NaNs
+    if (special_moments && r % 67 == 1) a.v[i] = bits_float(0x7f800000u | (mix_bits(r + 1) & 0x807fffffu) | 1u);
     if (special_moments && r % 71 == 2) a.m[i] = r & 8 ? INFINITY : -INFINITY;
     if (special_moments && r % 73 == 3) a.v[i] = INFINITY;
     a.out[i] = H::from_bits(0x5555);
