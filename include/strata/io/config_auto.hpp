@@ -114,10 +114,8 @@ inline void fill_auto(nlohmann::json& root, const config_auto_values& v, const s
     // Up to the optimizer's lr (the file's where it writes one), over the program's warmup,
     // on DeepSpeed's default (log) curve, as the program warms up without a config.
     nlohmann::json peak = "auto";
-    const auto& o = root["optimizer"];
-    if (o.is_object() && o.contains("params") && o["params"].is_object() && o["params"].contains("lr") &&
-        o["params"]["lr"].is_number())
-      peak = o["params"]["lr"];
+    const auto* lr = auto_filler(root, source, filled).find("optimizer.params.lr");
+    if (lr && lr->is_number()) peak = *lr;
     root["scheduler"] = {
         {"type", "WarmupLR"},
         {"params", {{"warmup_min_lr", "auto"}, {"warmup_max_lr", peak}, {"warmup_num_steps", "auto"}}}};
