@@ -2,6 +2,7 @@
 // optimizer and its hyperparameters, the batch sizes and the schedule; the command line
 // keeps the model shape, the steps, the seed and the outputs.
 #pragma once
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -63,8 +64,10 @@ inline void check_options_agree(args& a, const std::string& path, const strata::
     agree("weight-decay", true, c.adamw_params.weight_decay == wd, "optimizer.params.weight_decay",
           c.adamw_params.weight_decay, wd);
   }
+  // A scheduler's warmup of 0 reads as 1 (DeepSpeed warms up over max(2, N) steps either way).
   const long warmup = c.scheduler.empty() ? 0 : c.schedule.warmup_num_steps;
-  agree("warmup", true, warmup == v.warmup_steps, "scheduler.params.warmup_num_steps", warmup, v.warmup_steps);
+  const long want = c.scheduler.empty() ? v.warmup_steps : std::max(1L, v.warmup_steps);
+  agree("warmup", true, warmup == want, "scheduler.params.warmup_num_steps", warmup, v.warmup_steps);
 }
 
 // Reads --config when given and fills the policies, options and global batch from it.

@@ -304,7 +304,7 @@ class nccl_comm : public comm_forms<nccl_comm> {
     s.check_async("split");
     device_guard g(s.device());
     ncclComm_t child = nullptr;
-    const auto deadline = detail::deadline_after(s.timeout());
+    const auto deadline = detail::deadline_in(s.timeout());
     ncclResult_t r = ncclCommSplit(s.comm(), color, key, &child, nullptr);
     // Non-blocking: the split runs as the parent's pending job, and NCCL fills in `child`
     // from its thread when that job ends (then the child's own state settles too).
@@ -338,10 +338,11 @@ class nccl_comm : public comm_forms<nccl_comm> {
     ncclUniqueId id;
     std::memcpy(&id, id_bytes, sizeof id);
     device_guard g(device);
-    const auto timeout = opt.timeout.count() > 0 ? opt.timeout : detail::default_comm_timeout();
+    const auto timeout =
+        opt.timeout.count() > 0 ? detail::checked_comm_timeout(opt.timeout) : detail::default_comm_timeout();
     ncclComm_t comm = nullptr;
     ncclConfig_t config = detail::nccl_config();
-    const auto deadline = detail::deadline_after(timeout);
+    const auto deadline = detail::deadline_in(timeout);
     ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
     if (r != ncclSuccess && r != ncclInProgress && comm) (void)ncclCommAbort(comm);
     if (r == ncclInProgress) {  // non-blocking: every rank must come before the deadline

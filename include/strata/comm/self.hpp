@@ -16,6 +16,7 @@
 #include "../core/error.hpp"
 #include "comm_forms.hpp"
 #include "detail/size_checks.hpp"
+#include "detail/time_out.hpp"
 #include "reduce_op.hpp"
 #include "request.hpp"
 
@@ -122,11 +123,7 @@ class self_comm : public comm_forms<self_comm> {
   void set_name(std::string name) { name_ = std::move(name); }
   // Kept for parity with mpi_comm: nothing here can hang.
   std::chrono::duration<double> timeout() const { return timeout_; }
-  void set_timeout(std::chrono::duration<double> t) {
-    expects<config_error>(t.count() > 0,
-                          [&] { return strata::cat("communicator time-out of ", t.count(), " s: must be positive"); });
-    timeout_ = t;
-  }
+  void set_timeout(std::chrono::duration<double> t) { timeout_ = detail::checked_comm_timeout(t); }
 
   // With one process every reduction is the identity (avg divides by 1).
   template <comm_element T>

@@ -306,7 +306,14 @@ TEST_CASE("the launcher's variables are read and checked") {
   }
   SECTION("one process needs no rendezvous address") {
     env_var a("MASTER_ADDR", nullptr), p("MASTER_PORT", nullptr), r("RANK", "0"), w("WORLD_SIZE", "1");
-    CHECK(rendezvous_config::from_env().world_size == 1);
+    const auto c = rendezvous_config::from_env();
+    CHECK(c.world_size == 1);
+    // At once, with no socket and no address to resolve.
+    const auto start = std::chrono::steady_clock::now();
+    const auto payload = random_bytes(16, 7);
+    CHECK(rendezvous_broadcast(c, payload) == payload);
+    CHECK(strata::detail::rendezvous_all_gather(c, payload, "test") == std::vector<std::vector<std::byte>>{payload});
+    CHECK(std::chrono::steady_clock::now() - start < 5s);
   }
   SECTION("WORLD_SIZE missing") {
     env_var a("MASTER_ADDR", "h"), p("MASTER_PORT", "1234"), r("RANK", "0"), w("WORLD_SIZE", nullptr);

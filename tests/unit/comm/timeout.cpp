@@ -44,6 +44,11 @@ TEST_CASE("STRATA_COMM_TIMEOUT: seconds, inf held at about three years, nothing 
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(parse_comm_timeout("inf"));
   CHECK(deadline > std::chrono::steady_clock::now());
+  // A communicator's own time-out is held the same way, and refused where not positive.
+  CHECK(strata::detail::checked_comm_timeout(std::chrono::duration<double>(INFINITY)).count() ==
+        strata::detail::max_comm_timeout_s);
+  CHECK_THROWS_WITH(strata::detail::checked_comm_timeout(std::chrono::duration<double>(NAN)),
+                    strata_test::contains_text("must be positive"));
   for (const char* bad : {"0", "-1", "nan", "", "10s", "abc"})
     CHECK_THROWS_WITH(parse_comm_timeout(bad), strata_test::contains_text(std::string("STRATA_COMM_TIMEOUT=\"") + bad +
                                                                           "\" is not a positive number of seconds"));

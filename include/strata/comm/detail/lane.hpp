@@ -1,7 +1,6 @@
 // lane: one background thread that runs a communicator's operations in submission order,
 // like a CUDA stream, so the caller's compute proceeds while communication is in flight.
 #pragma once
-#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -17,35 +16,12 @@
 #include "../../core/error.hpp"
 #include "../../core/trace.hpp"
 #include "../request.hpp"
+#include "time_out.hpp"
 
 namespace strata::detail {
 
 // Operations a communicator may have queued before a submitter waits for room.
 inline constexpr std::size_t lane_capacity = 64;
-
-// The longest time-out: 1e8 s, about three years.
-inline constexpr double max_comm_timeout_s = 1e8;
-
-// STRATA_COMM_TIMEOUT's value `s` in seconds. "inf" and anything longer than about three
-// years mean no time-out in practice: held at max_comm_timeout_s, so that a deadline (now +
-// the time-out, in the clock's 64-bit nanoseconds) cannot overflow into the past.
-inline std::chrono::duration<double> parse_comm_timeout(const char* s) {
-  char* end = nullptr;
-  const double v = std::strtod(s, &end);
-  expects<config_error>(end && end != s && *end == '\0' && v > 0,
-                        cat("STRATA_COMM_TIMEOUT=\"", s, "\" is not a positive number of seconds"));
-  return std::chrono::duration<double>(std::min(v, max_comm_timeout_s));
-}
-
-// The time-out for one operation, from STRATA_COMM_TIMEOUT (seconds) or 300 s. A stuck
-// collective cannot be cancelled, so after this long the waiter aborts the job.
-inline std::chrono::duration<double> default_comm_timeout() {
-  static const std::chrono::duration<double> value = [] {
-    const char* s = std::getenv("STRATA_COMM_TIMEOUT");
-    return s && *s ? parse_comm_timeout(s) : std::chrono::duration<double>(300.0);
-  }();
-  return value;
-}
 
 // Exec supplies, for an immutable Task (written once at submit):
 //   bool start(const Task&, std::size_t slot)  runs the task, or posts it and returns false
@@ -152,7 +128,7 @@ class lane final : public request_source {
   }
 
   void set_timeout(std::chrono::duration<double> t) {
-    expects<config_error>(t.count() > 0, cat("communicator time-out of ", t.count(), " s: must be positive"));
+    t = checked_comm_timeout(t);
     {
       std::lock_guard lk(m_);  // so that the lane's next timed sleep uses the new value
       timeout_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(t).count(), std::memory_order_relaxed);

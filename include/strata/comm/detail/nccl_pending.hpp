@@ -10,6 +10,8 @@
 #include <string_view>
 #include <thread>
 
+#include "time_out.hpp"
+
 namespace strata::detail {
 
 // STRATA_NCCL_BLOCKING=1 makes blocking communicators, NCCL's default, whose init and
@@ -25,10 +27,6 @@ inline ncclConfig_t nccl_config() {
   ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
   c.blocking = nccl_blocking() ? 1 : 0;
   return c;
-}
-
-inline std::chrono::steady_clock::time_point deadline_after(std::chrono::duration<double> d) {
-  return std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(d);
 }
 
 // The final result of a call on `comm` that returned `r`: while it is ncclInProgress,

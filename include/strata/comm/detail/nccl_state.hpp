@@ -64,7 +64,7 @@ class nccl_state final : public request_source {
     // A communicator that failed cannot be destroyed cleanly: abort it. A healthy one is
     // finalized first (with every rank: non-blocking, so a peer gone by now costs the
     // time-out, not a hang), then destroyed.
-    if (!failed_ && nccl_settle(comm_, ncclCommFinalize(comm_), deadline_after(timeout_)) == ncclSuccess)
+    if (!failed_ && nccl_settle(comm_, ncclCommFinalize(comm_), deadline_in(timeout_)) == ncclSuccess)
       (void)ncclCommDestroy(comm_);
     else
       (void)ncclCommAbort(comm_);
@@ -80,11 +80,7 @@ class nccl_state final : public request_source {
   const std::string& name() const noexcept { return name_; }
   void set_name(std::string n) { name_ = std::move(n); }
   std::chrono::duration<double> timeout() const noexcept { return timeout_; }
-  void set_timeout(std::chrono::duration<double> t) {
-    expects<config_error>(t.count() > 0,
-                          [&] { return cat("communicator time-out of ", t.count(), " s: must be positive"); });
-    timeout_ = t;
-  }
+  void set_timeout(std::chrono::duration<double> t) { timeout_ = checked_comm_timeout(t); }
   int* barrier_word() noexcept { return word_.data(); }
 
   // Orders the communication stream after the work queued on the compute stream so far
@@ -162,7 +158,7 @@ class nccl_state final : public request_source {
   ncclResult_t settle(ncclResult_t r, const char* op) {
     if (r != ncclInProgress) [[likely]]
       return r;
-    r = nccl_settle(comm_, r, deadline_after(timeout_));
+    r = nccl_settle(comm_, r, deadline_in(timeout_));
     if (r == ncclInProgress) fail(op, r);
     return r;
   }

@@ -609,6 +609,7 @@ inline rendezvous_server rendezvous_host(const rendezvous_config& c) {
 // rank will use (two ranks with one key are a config_error on every rank).
 inline std::vector<std::byte> rendezvous_broadcast(const rendezvous_config& c, std::span<const std::byte> payload,
                                                    const device_key& key = {}, const std::string& comm = "nccl") {
+  if (c.world_size == 1) return {payload.begin(), payload.end()};  // nobody to meet: no socket, no address
   if (c.rank == 0) {
     rendezvous_server server = rendezvous_host(c);
     server.serve(payload, c.world_size, c.timeout, key, comm);
@@ -636,6 +637,7 @@ inline std::vector<std::vector<std::byte>> rendezvous_all_gather(const rendezvou
     }
     return out;
   };
+  if (c.world_size == 1) return {std::vector<std::byte>(blob.begin(), blob.end())};
   std::vector<std::byte> packed;
   if (c.rank == 0) {
     rendezvous_server server = rendezvous_host(c);

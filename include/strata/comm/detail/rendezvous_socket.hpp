@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "../../core/error.hpp"
+#include "time_out.hpp"
 
 namespace strata::detail {
 
@@ -106,11 +107,6 @@ inline void recv_all(int fd, void* data, std::size_t n, rendezvous_clock::time_p
     p += r;
     n -= static_cast<std::size_t>(r);
   }
-}
-
-// The time point `t` from now (t at most max_comm_timeout_s: no overflow).
-inline rendezvous_clock::time_point deadline_in(std::chrono::duration<double> t) {
-  return rendezvous_clock::now() + std::chrono::duration_cast<rendezvous_clock::duration>(t);
 }
 
 // Returns once `host` resolves; a comm_error naming it where it has not by `deadline`.
