@@ -39,18 +39,25 @@ struct launch_info {
 
 namespace detail {
 
-// The first host of a Slurm node list ("gpu[03-05,9],cpu1" -> "gpu03").
+// The first host of a Slurm node list: the first expression before a top-level comma,
+// each bracket group in it taken at its first value ("gpu[03-05,9],cpu1" -> "gpu03",
+// "node[01-04]-ib" -> "node01-ib", "rack[1-2]-n[7-8]" -> "rack1-n7").
 inline std::string first_slurm_host(std::string_view list) {
   std::string host;
+  bool in_group = false, past_first = false;
   for (char c : list) {
-    if (c == ',' || c == '[') break;
-    host += c;
-  }
-  const auto open = list.find('[');
-  const auto comma = list.find(',');
-  if (open != std::string_view::npos && (comma == std::string_view::npos || open < comma)) {
-    for (std::size_t i = open + 1; i < list.size() && list[i] != '-' && list[i] != ',' && list[i] != ']'; ++i)
-      host += list[i];
+    if (!in_group && c == ',') break;
+    if (c == '[') {
+      in_group = true;
+      past_first = false;
+    } else if (c == ']') {
+      in_group = false;
+    } else if (in_group) {
+      past_first = past_first || c == '-' || c == ',';
+      if (!past_first) host += c;
+    } else {
+      host += c;
+    }
   }
   return host;
 }
@@ -113,7 +120,14 @@ struct launch_reader {
       l.master_port = number("MASTER_PORT", 1, 65535, why);
       // torchrun's agent holds MASTER_PORT with its own store (TORCHELASTIC_USE_AGENT_STORE):
       // strata's rendezvous takes the next port, or STRATA_RENDEZVOUS_PORT.
-      if (text("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True") l.master_port = l.master_port % 65535 + 1;
+      if (text("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True" && !has("STRATA_RENDEZVOUS_PORT")) {
+        expects<config_error>(l.master_port < 65535, [&] {
+          return cat(why,
+                     ": MASTER_PORT=65535 is held by torchrun's agent store and strata's rendezvous takes the "
+                     "next port, which does not exist; pick a lower MASTER_PORT or set STRATA_RENDEZVOUS_PORT");
+        });
+        ++l.master_port;
+      }
       l.master_port = number_or("STRATA_RENDEZVOUS_PORT", 1, 65535, l.master_port, why);
     }
     return l;

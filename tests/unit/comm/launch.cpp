@@ -52,6 +52,11 @@ TEST_CASE("torchrun's variables launch over the rendezvous", "[launch]") {
   CHECK(detect_launch(agent, true).master_port == 29501);
   agent.vars["STRATA_RENDEZVOUS_PORT"] = "31000";
   CHECK(detect_launch(agent, true).master_port == 31000);
+  // The top port has no next one: named, unless STRATA_RENDEZVOUS_PORT chooses.
+  agent.vars["MASTER_PORT"] = "65535";
+  CHECK(detect_launch(agent, true).master_port == 31000);
+  agent.vars.erase("STRATA_RENDEZVOUS_PORT");
+  CHECK(config_error_of(agent, true).find("MASTER_PORT=65535 is held by torchrun's agent store") != std::string::npos);
 }
 
 TEST_CASE("an MPI launcher wins where the build has MPI", "[launch]") {
@@ -102,6 +107,10 @@ TEST_CASE("srun without MPI: Slurm's variables, the first node as the rendezvous
   CHECK(strata::detail::first_slurm_host("node7") == "node7");
   CHECK(strata::detail::first_slurm_host("a1,b[1-2]") == "a1");
   CHECK(strata::detail::first_slurm_host("rack[012-015]") == "rack012");
+  // Slurm's hostlists with a suffix after a group, and several groups in one name.
+  CHECK(strata::detail::first_slurm_host("node[01-04]-ib") == "node01-ib");
+  CHECK(strata::detail::first_slurm_host("rack[1-2]-n[7-8],login") == "rack1-n7");
+  CHECK(strata::detail::first_slurm_host("gpu[03-05,9],cpu1") == "gpu03");
 }
 
 TEST_CASE("no launcher: one process; STRATA_LAUNCHER overrides", "[launch]") {
