@@ -36,19 +36,37 @@ float compute_chunk(float seed) {
 
 constexpr std::size_t n = std::size_t{8} << 20;  // 32 MiB of floats: tens of milliseconds
 
-// The blocking all_reduce's median time, with the same communicator and buffer.
+// The all_reduce's median time, blocking and asynchronous (which also wakes the lane before
+// it is measured), with the same communicator and buffer.
 double time_comm(strata::world_comm& w, strata::host_buffer<float>& data) {
-  std::vector<double> t;
+  std::vector<double> blocking, async;
   for (int i = 0; i < 3; ++i) {
     w.barrier();
-    const auto t0 = clk::now();
+    auto t0 = clk::now();
     w.all_reduce(data.span());
-    t.push_back(seconds_since(t0));
+    blocking.push_back(seconds_since(t0));
+    w.barrier();
+    t0 = clk::now();
+    w.all_reduce_async(data.span()).wait();
+    async.push_back(seconds_since(t0));
   }
   // Every rank uses the slowest rank's figure, so all ranks size their work alike.
-  std::vector<double> m{median(t)};
+  std::vector<double> m{std::max(median(blocking), median(async))};
   w.all_reduce(std::span(m), strata::reduce_op::max);
   return m[0];
+}
+
+// Runs a timed attempt up to three times, until it holds on every rank: these machines are
+// shared, and one stall of a neighbour's fails any single timing. A lane that does not
+// progress fails all three. The caller checks the last attempt's figures afterwards, when
+// no rank waits in a collective for one that stopped at a failed check.
+template <class Attempt>
+void on_all_ranks_within_three_attempts(strata::world_comm& w, Attempt&& attempt) {
+  for (int i = 1;; ++i) {
+    std::vector<int> ok{attempt() ? 1 : 0};
+    w.all_reduce(std::span(ok), strata::reduce_op::min);
+    if (ok[0] == 1 || i == 3) return;
+  }
 }
 
 void fill(strata::host_buffer<float>& data, float v) { std::fill(data.begin(), data.end(), v); }
@@ -64,21 +82,26 @@ TEST_CASE("an all_reduce completes on its lane while the caller waits on somethi
   // modelled by a sleep), so the overlap shows even when ranks outnumber cores.
   const auto t_work = std::chrono::duration<double>(2.0 * t_comm);
 
-  fill(data, 1.0f);
-  w.barrier();
-  const auto t0 = clk::now();
-  auto r = w.all_reduce_async(data.span());
-  const bool done_at_start = r.test();
-  std::this_thread::sleep_for(t_work);
-  const bool done_after_work = r.test();  // completed without the caller entering MPI
-  r.wait();
-  const double total = seconds_since(t0);
-
-  std::printf("rank %d of %d: all_reduce %.1f ms alone; with %.1f ms of other work: %.1f ms in all (serial: %.1f ms)\n",
-              w.rank(), w.size(), t_comm * 1e3, t_work.count() * 1e3, total * 1e3, (t_comm + t_work.count()) * 1e3);
+  bool done_at_start = false, done_after_work = false;
+  double total = 0;
+  on_all_ranks_within_three_attempts(w, [&] {
+    fill(data, 1.0f);
+    w.barrier();
+    const auto t0 = clk::now();
+    auto r = w.all_reduce_async(data.span());
+    done_at_start = r.test();
+    std::this_thread::sleep_for(t_work);
+    done_after_work = r.test();  // completed without the caller entering MPI
+    r.wait();
+    total = seconds_since(t0);
+    std::printf(
+        "rank %d of %d: all_reduce %.1f ms alone; with %.1f ms of other work: %.1f ms in all (serial: %.1f ms)\n",
+        w.rank(), w.size(), t_comm * 1e3, t_work.count() * 1e3, total * 1e3, (t_comm + t_work.count()) * 1e3);
+    // Ideal is t_work = 2/3 of the serial time; 0.85 leaves room for a slow rank.
+    return !done_at_start && done_after_work && total < 0.85 * (t_comm + t_work.count());
+  });
   REQUIRE_FALSE(done_at_start);
   REQUIRE(done_after_work);
-  // Ideal is t_work = 2/3 of the serial time; 0.85 leaves room for a slow rank.
   REQUIRE(total < 0.85 * (t_comm + t_work.count()));
   REQUIRE(data[0] == static_cast<float>(w.size()));
   REQUIRE(data[n - 1] == static_cast<float>(w.size()));
@@ -106,29 +129,34 @@ TEST_CASE("the caller's compute proceeds while an all_reduce is pending", "[over
   }
   const double t_compute = median(ct);
 
-  fill(data, 2.0f);
-  w.barrier();
-  const auto t0 = clk::now();
-  auto r = w.all_reduce_async(data.span());
-  const bool done_at_start = r.test();
-  int chunks_while_pending = 0;
-  for (int c = 0; c < chunks[0]; ++c) {
-    sink += compute_chunk(static_cast<float>(c));
-    if (r.pending() && !r.test()) ++chunks_while_pending;
-  }
-  const double compute_part = seconds_since(t0);
-  r.wait();
-  const double total = seconds_since(t0);
-
   // Overlap in wall time needs a core for the lane besides the caller's: with more
   // busy threads than cores they take turns and the sum cannot shrink.
   const unsigned cores = std::thread::hardware_concurrency();
   const bool spare_cores = cores >= 2u * static_cast<unsigned>(w.size());
-  std::printf(
-      "rank %d of %d: all_reduce %.1f ms, compute %.1f ms alone; together %.1f ms (compute %.1f ms, %d of %d "
-      "chunks while pending), serial %.1f ms; %u cores%s [%d]\n",
-      w.rank(), w.size(), t_comm * 1e3, t_compute * 1e3, total * 1e3, compute_part * 1e3, chunks_while_pending,
-      chunks[0], (t_comm + t_compute) * 1e3, cores, spare_cores ? "" : " (too few to overlap in time)", sink != 0);
+  bool done_at_start = false;
+  int chunks_while_pending = 0;
+  double total = 0;
+  on_all_ranks_within_three_attempts(w, [&] {
+    fill(data, 2.0f);
+    w.barrier();
+    const auto t0 = clk::now();
+    auto r = w.all_reduce_async(data.span());
+    done_at_start = r.test();
+    chunks_while_pending = 0;
+    for (int c = 0; c < chunks[0]; ++c) {
+      sink += compute_chunk(static_cast<float>(c));
+      if (r.pending() && !r.test()) ++chunks_while_pending;
+    }
+    const double compute_part = seconds_since(t0);
+    r.wait();
+    total = seconds_since(t0);
+    std::printf(
+        "rank %d of %d: all_reduce %.1f ms, compute %.1f ms alone; together %.1f ms (compute %.1f ms, %d of %d "
+        "chunks while pending), serial %.1f ms; %u cores%s [%d]\n",
+        w.rank(), w.size(), t_comm * 1e3, t_compute * 1e3, total * 1e3, compute_part * 1e3, chunks_while_pending,
+        chunks[0], (t_comm + t_compute) * 1e3, cores, spare_cores ? "" : " (too few to overlap in time)", sink != 0);
+    return !done_at_start && chunks_while_pending >= 1 && (!spare_cores || total < 0.85 * (t_comm + t_compute));
+  });
   REQUIRE_FALSE(done_at_start);
   REQUIRE(chunks_while_pending >= 1);
   if (spare_cores) REQUIRE(total < 0.85 * (t_comm + t_compute));
