@@ -392,8 +392,8 @@ TEST_CASE("bad arguments and failed operations are comm_errors naming the proble
   }
 
   // Under MPI a message of another size fails on the lane and is rethrown to the waiter,
-  // and the communicator stays usable. (Gloo ends the connection: checked by
-  // tests/launch/gloo_faults.sh.)
+  // and the communicator stays usable. (Gloo ends the connection, so a test there could not
+  // go on; tests/examples/launch_env.sh checks that a peer that dies or stalls is named.)
   if (w.backend() != "mpi") {
     w.all_reduce(std::span(one));
     REQUIRE(one[0] == static_cast<float>(p));

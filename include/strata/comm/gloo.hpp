@@ -41,7 +41,7 @@ class gloo_comm : public detail::lane_comm<gloo_comm, detail::gloo_task> {
       if (!detail::gloo_ifname_from_env()) detail::wait_until_resolves(c.master_addr, detail::deadline_in(c.timeout));
       ctx->connect(
           detail::gloo_device(c.master_addr, !detail::launched_on_one_machine(c)),
-          [&](std::span<const std::byte> mine) { return detail::rendezvous_all_gather(c, mine, "gloo " + name); },
+          [&](std::span<const std::byte> mine) { return detail::rendezvous_all_to_all(c, mine, "gloo " + name); },
           name);
     }
     std::vector<int> members(static_cast<std::size_t>(c.world_size));
@@ -122,12 +122,9 @@ class gloo_comm : public detail::lane_comm<gloo_comm, detail::gloo_task> {
       parent.all_gather(own, std::span(bytes));
       const auto* all = reinterpret_cast<const std::byte*>(bytes.data());
       std::vector<std::vector<std::byte>> out(static_cast<std::size_t>(m));
-      for (int q = 0; q < m; ++q) {
+      for (int q = 0; q < m; ++q) {  // what member q laid out for this rank
         const std::byte* theirs = all + static_cast<std::size_t>(group[static_cast<std::size_t>(q)]) * at(n);
-        auto& o = out[static_cast<std::size_t>(q)];
-        o.resize(at(m));
-        for (int q2 = 0; q2 < m; ++q2)
-          std::copy_n(theirs + at(group[static_cast<std::size_t>(q2)]), ab, o.data() + at(q2));
+        out[static_cast<std::size_t>(q)].assign(theirs + at(parent.rank()), theirs + at(parent.rank()) + ab);
       }
       return out;
     };

@@ -5,6 +5,7 @@
 // ranks naming one GPU are a config_error on every rank. With a job secret, only ranks
 // that prove it are admitted (tests/unit/comm/rendezvous_secret.cpp).
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -212,6 +213,123 @@ TEST_CASE("a rank whose process died after its hello may come again: its new pro
   rank0.join();
   CHECK(again == payload);
   CHECK(third == payload);
+}
+
+TEST_CASE("a rank that started long before rank 0 still hears which ranks never came") {
+  // Rank 1's own time-out (1 s) ends before rank 0's, which began 0.6 s later: it waits for
+  // rank 0's answer rather than failing first with nothing to say.
+  const int port = free_port();
+  std::string heard;
+  std::thread rank1([&] { heard = error_of([&] { rendezvous_fetch("127.0.0.1", port, 1, 3, 1s); }); });
+  std::this_thread::sleep_for(600ms);
+  rendezvous_server server(port, "127.0.0.1");
+  const std::string msg = error_of([&] { server.serve(random_bytes(8, 8), 3, 1s); });
+  rank1.join();
+  CHECK(msg.find("rank(s) 2 of 3 did not connect") != std::string::npos);
+  INFO(heard);
+  CHECK(heard.find("rank 0 rejected this rank: rank 0 (port " + std::to_string(port) +
+                   ") waited 1 s; rank(s) 2 of 3 did not connect") != std::string::npos);
+}
+
+TEST_CASE("rank 0 listens on every address of its host: a rank that reaches only one is served") {
+  const int world = 3;
+  const auto payload = random_bytes(32, 9);
+  rendezvous_server server(0, std::vector<std::string>{"127.0.0.1", "127.0.0.2"});
+  CHECK(server.where() == "127.0.0.1,127.0.0.2:" + std::to_string(server.port()));
+  std::vector<std::vector<std::byte>> got(world);
+  std::thread a([&] { got[1] = rendezvous_fetch("127.0.0.1", server.port(), 1, world, 20s); });
+  std::thread b([&] { got[2] = rendezvous_fetch("127.0.0.2", server.port(), 2, world, 20s); });
+  server.serve(payload, world, 20s);
+  a.join();
+  b.join();
+  CHECK(got[1] == payload);
+  CHECK(got[2] == payload);
+}
+
+TEST_CASE("an all-to-all through rank 0 gives each rank the part every rank made for it") {
+  const int world = 4;
+  const int port = free_port();
+  // Rank r's part for rank q: 3 bytes {r, q, 7}, one part per rank, in rank order.
+  const auto parts_of = [&](int r) {
+    std::vector<std::byte> v;
+    for (int q = 0; q < world; ++q)
+      for (int x : {r, q, 7}) v.push_back(static_cast<std::byte>(x));
+    return v;
+  };
+  std::vector<std::vector<std::vector<std::byte>>> got(world);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < world; ++r)
+    ranks.emplace_back([&, r] {
+      const auto mine = parts_of(r);
+      got[r] = strata::detail::rendezvous_all_to_all(config(port, r, world), mine, "test");
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < world; ++r) {
+    INFO("rank " << r);
+    REQUIRE(got[r].size() == static_cast<std::size_t>(world));
+    for (int p = 0; p < world; ++p)
+      CHECK(got[r][static_cast<std::size_t>(p)] ==
+            std::vector<std::byte>{static_cast<std::byte>(p), static_cast<std::byte>(r), std::byte{7}});
+  }
+  auto one = config(port, 0, 1);
+  CHECK(strata::detail::rendezvous_all_to_all(one, parts_of(0), "test").size() == 1);
+  CHECK(error_of([&] {
+          strata::detail::rendezvous_all_to_all(config(port, 1, 3), random_bytes(4, 1), "test");
+        }).find("4 bytes is not 3 equal parts") != std::string::npos);
+}
+
+namespace {
+// A stand-in for rank 0 that answers one hello with a reply head whose message and payload
+// lengths are `message` and `payload`, sends `sent` bytes of them, and hangs up.
+void answer_with_lengths(int listening, std::uint32_t message, std::uint32_t payload, std::size_t sent) {
+  using namespace strata::detail::rendezvous_wire;
+  strata::detail::socket_fd c(::accept(listening, nullptr, nullptr));
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  std::vector<unsigned char> in(preface_bytes);
+  strata::detail::recv_all(c.get(), in.data(), in.size(), deadline, "test");
+  std::vector<unsigned char> out(challenge_bytes, 0);
+  put32(out.data(), magic);
+  strata::detail::send_all(c.get(), out.data(), out.size(), deadline, "test");
+  in.resize(body_bytes);
+  strata::detail::recv_all(c.get(), in.data(), in.size(), deadline, "test");
+  out.assign(reply_bytes + sent, 0);
+  put32(out.data() + 4, message);
+  put32(out.data() + 8, payload);
+  strata::detail::send_all(c.get(), out.data(), out.size(), deadline, "test");
+}
+
+long peak_rss_kib() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+}  // namespace
+
+TEST_CASE("the lengths of a reply not proved yet make a rank allocate only what arrives") {
+  strata::detail::addr_list at("127.0.0.1", 0, true);
+  strata::detail::socket_fd l(::socket(at.head->ai_family, at.head->ai_socktype, at.head->ai_protocol));
+  REQUIRE(::bind(l.get(), at.head->ai_addr, at.head->ai_addrlen) == 0);
+  REQUIRE(::listen(l.get(), 4) == 0);
+  sockaddr_in self{};
+  socklen_t len = sizeof self;
+  ::getsockname(l.get(), reinterpret_cast<sockaddr*>(&self), &len);
+  const int port = ntohs(self.sin_port);
+  const long before = peak_rss_kib();
+  SECTION("a payload of 4 GiB announced, 100 bytes sent") {
+    std::thread fake([&] { answer_with_lengths(l.get(), 0, 0xffffffffu, 100); });
+    const std::string msg = error_of([&] { rendezvous_fetch("127.0.0.1", port, 1, 2, 20s); });
+    fake.join();
+    CHECK(msg.find("the peer closed the connection") != std::string::npos);
+  }
+  SECTION("a message of 4 GiB announced") {
+    std::thread fake([&] { answer_with_lengths(l.get(), 0xffffffffu, 0, 0); });
+    const std::string msg = error_of([&] { rendezvous_fetch("127.0.0.1", port, 1, 2, 20s); });
+    fake.join();
+    CHECK(msg.find("is not strata's rendezvous (a message of 4294967295 bytes; check MASTER_PORT)") !=
+          std::string::npos);
+  }
+  // A peak of 4 GiB more (or bad_alloc) before; a megabyte's growth at most now.
+  CHECK(peak_rss_kib() - before < 64 * 1024);
 }
 
 TEST_CASE("two ranks naming one GPU are a config_error on every rank, naming both") {

@@ -55,9 +55,10 @@ class gloo_group_context final : public ::gloo::Context, public std::enable_shar
     setTimeout(timeout);
   }
 
-  // exchange(mine) returns every member's block in member order, where `mine` holds, for
-  // each member p, the address of this rank's pair with p (empty for itself). `name` is
-  // the communicator's, for errors. Collective over the members.
+  // exchange(mine) returns, in member order, what each member's block holds for this rank,
+  // where `mine` holds, for each member p, the address of this rank's pair with p (empty
+  // for itself): one address a member. `name` is the communicator's, for errors.
+  // Collective over the members.
   template <class Exchange>
   void connect(const std::shared_ptr<::gloo::transport::Device>& dev, Exchange&& exchange, const std::string& name) {
     try {
@@ -94,10 +95,10 @@ class gloo_group_context final : public ::gloo::Context, public std::enable_shar
     for (int p = 0; p < size; ++p) {
       if (p == rank) continue;
       const auto& theirs = all[static_cast<std::size_t>(p)];
-      expects<comm_error>(theirs.size() == mine.size(), [&] {
-        return cat("gloo: member ", p, " sent ", theirs.size(), " bytes of addresses, expected ", mine.size());
+      expects<comm_error>(theirs.size() == gloo_address_bytes, [&] {
+        return cat("gloo: member ", p, " sent ", theirs.size(), " bytes of address, expected ", gloo_address_bytes);
       });
-      const auto* at = theirs.data() + static_cast<std::size_t>(rank) * gloo_address_bytes;
+      const auto* at = theirs.data();
       std::uint32_t n = 0;
       std::memcpy(&n, at, 4);
       expects<comm_error>(n > 0 && n + 4 <= gloo_address_bytes,

@@ -23,6 +23,7 @@
 #include <string_view>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "../../core/error.hpp"
 #include "time_out.hpp"
@@ -63,17 +64,32 @@ inline int ms_left(rendezvous_clock::time_point deadline) {
   return left <= 0 ? 0 : left > 1'000'000'000 ? 1'000'000'000 : static_cast<int>(left);
 }
 
-// Waits until fd is ready for `events`; false at the deadline.
-inline bool wait_ready(int fd, short events, rendezvous_clock::time_point deadline) {
+// Waits until one of `fds` has an event it asks for; false at the deadline.
+inline bool poll_until(pollfd* fds, std::size_t n, rendezvous_clock::time_point deadline) {
   for (;;) {
-    pollfd p{fd, events, 0};
-    const int r = ::poll(&p, 1, ms_left(deadline));
+    const int r = ::poll(fds, static_cast<nfds_t>(n), ms_left(deadline));
     if (r > 0) return true;
     // ms_left caps one wait at 1e9 ms: a later deadline waits again.
     if (r == 0 && rendezvous_clock::now() >= deadline) return false;
     if (r == 0) continue;
     if (errno != EINTR) throw comm_error(cat("rendezvous: poll failed: ", errno_text(errno)));
   }
+}
+
+// Waits until fd is ready for `events`; false at the deadline.
+inline bool wait_ready(int fd, short events, rendezvous_clock::time_point deadline) {
+  pollfd p{fd, events, 0};
+  return poll_until(&p, 1, deadline);
+}
+
+// The index of a listening socket of `fds` with a connection to accept; -1 at the deadline.
+inline int wait_any_readable(const std::vector<socket_fd>& fds, rendezvous_clock::time_point deadline) {
+  std::vector<pollfd> p;
+  for (const auto& f : fds) p.push_back({f.get(), POLLIN, 0});
+  if (!poll_until(p.data(), p.size(), deadline)) return -1;
+  for (std::size_t i = 0; i < p.size(); ++i)
+    if (p[i].revents) return static_cast<int>(i);
+  return -1;
 }
 
 // Writes all of [data, data + n) before the deadline. `what` names the exchange in errors.
