@@ -92,6 +92,8 @@ inline config_choice apply_config(args& a, const char* program, int rank, int wo
   c.cfg = strata::load_config(path, autos);
   if (auto w = strata::unknown_keys_warning(*c.cfg); !w.empty() && rank == 0)
     std::fprintf(stderr, "%s: warning: %s\n", program, w.c_str());
+  if (auto n = strata::no_effect_keys_note(*c.cfg); !n.empty() && rank == 0)
+    std::printf("%s: %s\n", program, n.c_str());
 #if !STRATA_EXAMPLE_CUDA_BINARY
   // A GPU trainer offloads the param shard (trainer_options::offload_params); the host has nothing to move.
   if (auto n = strata::offload_param_note(*c.cfg); !n.empty() && rank == 0) std::printf("%s: %s\n", program, n.c_str());

@@ -194,6 +194,27 @@ TEST_CASE("defaults: DeepSpeed's where it has them") {
   CHECK(parse_config(R"({"train_batch_size": 8, "gradient_clipping": null})").gradient_clipping == 0.0f);
 }
 
+TEST_CASE("DeepSpeed keys that change nothing in strata are named when the file sets them") {
+  const run_config none = parse_config(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})");
+  CHECK(none.no_effect_keys.empty());
+  CHECK(strata::no_effect_keys_note(none).empty());
+  const run_config c = parse_config(
+      R"({"train_batch_size": 8, "steps_per_print": 50, "zero_optimization": {"stage": 3, "overlap_comm": false,
+          "stage3_prefetch_bucket_size": 1000, "stage3_param_persistence_threshold": 10}})");
+  CHECK(strata::no_effect_keys_note(c) ==
+        "config: read, but changing nothing in strata: steps_per_print (strata logs nothing itself; the trainer "
+        "returns each step's stats); zero_optimization.stage3_prefetch_bucket_size (ZeRO-3 gathers the next "
+        "reduce_bucket_size bucket ahead); zero_optimization.stage3_param_persistence_threshold (every param is "
+        "sharded at ZeRO-3, however small); zero_optimization.overlap_comm (each gradient bucket's reduce-scatter "
+        "always overlaps the backward)");
+  // Values the program filled for "auto" were nobody's choice: not named.
+  config_auto_values v = program_values();
+  const run_config filled = strata::load_config(configs / "hf_zero3_auto.json", &v);
+  CHECK(filled.stage3_prefetch_bucket_size == 722'534);
+  CHECK(strata::no_effect_keys_note(filled).find("stage3_prefetch_bucket_size") == std::string::npos);
+  CHECK(strata::no_effect_keys_note(filled).find("stage3_param_persistence_threshold") == std::string::npos);
+}
+
 TEST_CASE("ZeRO-3 offload_param to the CPU: accepted, with one line for the host space") {
   const run_config c =
       parse_config(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})");
