@@ -216,13 +216,13 @@ TEST_CASE("a rank whose process died after its hello may come again: its new pro
 }
 
 TEST_CASE("a rank that started long before rank 0 still hears which ranks never came") {
-  // Rank 1's own time-out (1 s) ends before rank 0's, which began 0.6 s later: it waits for
-  // rank 0's answer rather than failing first with nothing to say.
-  const int port = free_port();
+  // Rank 1's own time-out (1 s) would end before rank 0's, which begins 0.6 s later: it
+  // waits for rank 0's answer rather than failing first with nothing to say.
+  rendezvous_server server(0, "127.0.0.1");
+  const int port = server.port();
   std::string heard;
   std::thread rank1([&] { heard = error_of([&] { rendezvous_fetch("127.0.0.1", port, 1, 3, 1s); }); });
-  std::this_thread::sleep_for(600ms);
-  rendezvous_server server(port, "127.0.0.1");
+  std::this_thread::sleep_for(600ms);  // rank 1 is connected (in the backlog) and waits for its challenge
   const std::string msg = error_of([&] { server.serve(random_bytes(8, 8), 3, 1s); });
   rank1.join();
   CHECK(msg.find("rank(s) 2 of 3 did not connect") != std::string::npos);
@@ -281,7 +281,7 @@ TEST_CASE("an all-to-all through rank 0 gives each rank the part every rank made
 namespace {
 // A stand-in for rank 0 that answers one hello with a reply head whose message and payload
 // lengths are `message` and `payload`, sends `sent` bytes of them, and hangs up.
-void answer_with_lengths(int listening, std::uint32_t message, std::uint32_t payload, std::size_t sent) {
+void answer_with_lengths(int listening, std::uint32_t message, std::uint64_t payload, std::size_t sent) {
   using namespace strata::detail::rendezvous_wire;
   strata::detail::socket_fd c(::accept(listening, nullptr, nullptr));
   const auto deadline = std::chrono::steady_clock::now() + 20s;
@@ -294,7 +294,7 @@ void answer_with_lengths(int listening, std::uint32_t message, std::uint32_t pay
   strata::detail::recv_all(c.get(), in.data(), in.size(), deadline, "test");
   out.assign(reply_bytes + sent, 0);
   put32(out.data() + 4, message);
-  put32(out.data() + 8, payload);
+  put64(out.data() + 8, payload);
   strata::detail::send_all(c.get(), out.data(), out.size(), deadline, "test");
 }
 
@@ -315,8 +315,8 @@ TEST_CASE("the lengths of a reply not proved yet make a rank allocate only what 
   ::getsockname(l.get(), reinterpret_cast<sockaddr*>(&self), &len);
   const int port = ntohs(self.sin_port);
   const long before = peak_rss_kib();
-  SECTION("a payload of 4 GiB announced, 100 bytes sent") {
-    std::thread fake([&] { answer_with_lengths(l.get(), 0, 0xffffffffu, 100); });
+  SECTION("a payload of a TiB announced, 100 bytes sent") {
+    std::thread fake([&] { answer_with_lengths(l.get(), 0, std::uint64_t{1} << 40, 100); });
     const std::string msg = error_of([&] { rendezvous_fetch("127.0.0.1", port, 1, 2, 20s); });
     fake.join();
     CHECK(msg.find("the peer closed the connection") != std::string::npos);
@@ -328,7 +328,8 @@ TEST_CASE("the lengths of a reply not proved yet make a rank allocate only what 
     CHECK(msg.find("is not strata's rendezvous (a message of 4294967295 bytes; check MASTER_PORT)") !=
           std::string::npos);
   }
-  // A peak of 4 GiB more (or bad_alloc) before; a megabyte's growth at most now.
+  // Allocated whole, the payload would be a terabyte (bad_alloc) and the message 4 GiB; a
+  // megabyte's growth at most now.
   CHECK(peak_rss_kib() - before < 64 * 1024);
 }
 

@@ -86,8 +86,8 @@ inline std::vector<std::byte> rendezvous_fetch(const std::string& host, int port
                                                std::chrono::duration<double> timeout, const device_key& key = {},
                                                std::span<const std::byte> blob = {}, const std::string& secret = {}) {
   using namespace rendezvous_wire;
-  const auto start = rendezvous_clock::now();
-  const auto deadline = start + std::chrono::duration_cast<rendezvous_clock::duration>(timeout);
+  timeout = checked_comm_timeout(timeout);
+  const auto deadline = deadline_in(timeout);
   const std::string where = cat("rendezvous: rank ", rank, " with rank 0 at ", host, ":", port);
   std::string last = "no attempt";
   socket_fd s;
@@ -133,7 +133,11 @@ inline std::vector<std::byte> rendezvous_fetch(const std::string& host, int port
     std::this_thread::sleep_for(std::min<rendezvous_clock::duration>(pause, deadline - now));
     pause = std::min(pause * 2, std::chrono::milliseconds(500));
   }
-  const auto connected_at = rendezvous_clock::now();
+  // Rank 0's own time-out starts when it serves, before it sends this rank its challenge:
+  // waiting that long from then (and a margin) hears rank 0's answer, the list of the ranks
+  // missing among others, rather than timing out first with nothing to say (this rank may
+  // have started long before rank 0).
+  auto answer_deadline = deadline_in(timeout + std::chrono::seconds(5));
   expects<comm_error>(blob.size() <= max_blob_bytes,
                       [&] { return cat(where, ": a blob of ", blob.size(), " bytes is over ", max_blob_bytes); });
   unsigned char preface[preface_bytes];
@@ -143,9 +147,10 @@ inline std::vector<std::byte> rendezvous_fetch(const std::string& host, int port
   put32(preface + 12, static_cast<std::uint32_t>(world_size));
   const rendezvous_nonce mine = make_nonce();
   std::copy(mine.begin(), mine.end(), preface + 16);
-  send_all(s.get(), preface, preface_bytes, deadline, where);
+  send_all(s.get(), preface, preface_bytes, answer_deadline, where);
   unsigned char challenge[challenge_bytes];
-  recv_all(s.get(), challenge, challenge_bytes, deadline, where);
+  recv_all(s.get(), challenge, challenge_bytes, answer_deadline, where);
+  answer_deadline = deadline_in(timeout + std::chrono::seconds(5));
   expects<comm_error>(get32(challenge) == magic,
                       [&] { return cat(where, ": the other side is not strata's rendezvous (check MASTER_PORT)"); });
   const bool needed = (get32(challenge + 4) & needs_secret) != 0;
@@ -169,40 +174,35 @@ inline std::vector<std::byte> rendezvous_fetch(const std::string& host, int port
       prove(secret, std::string_view("strata rendezvous client"), std::span<const unsigned char>(preface), theirs,
             std::span<const unsigned char>(body.data(), key_bytes + 4), blob);
   std::copy(proof.begin(), proof.end(), body.begin() + key_bytes + 4);
-  send_all(s.get(), body.data(), body.size(), deadline, where);
-  // Rank 0 answers once every rank came, or at its own time-out, which started no earlier
-  // than it accepted this connection: waiting that long (and a margin) hears its list of
-  // the ranks missing rather than timing out first with nothing to say.
-  const auto reply_deadline =
-      std::max(deadline, connected_at + std::chrono::duration_cast<rendezvous_clock::duration>(timeout) +
-                             std::chrono::seconds(5));
-  if (!wait_ready(s.get(), POLLIN, reply_deadline))
+  send_all(s.get(), body.data(), body.size(), answer_deadline, where);
+  if (!wait_ready(s.get(), POLLIN, answer_deadline))
     throw comm_error(cat(where, ": rank 0 did not answer within ", timeout.count(),
                          " s of this rank's hello (its own time-out); rank 0 has failed or stalled: its output "
                          "says why"));
   unsigned char head[reply_bytes];
-  recv_all(s.get(), head, sizeof head, reply_deadline, where);
+  recv_all(s.get(), head, sizeof head, answer_deadline, where);
   // Lengths from a reply not proved yet: the message is text and short; the payload grows
   // only as its bytes arrive, so a stray answer cannot make this rank allocate gigabytes.
-  const std::size_t message_bytes = get32(head + 4), payload_bytes = get32(head + 8);
+  const std::size_t message_bytes = get32(head + 4);
+  const std::uint64_t payload_bytes = get64(head + 8);
   expects<comm_error>(message_bytes <= max_message_bytes, [&] {
     return cat(where, ": the other side is not strata's rendezvous (a message of ", message_bytes,
                " bytes; check MASTER_PORT)");
   });
   std::string message(message_bytes, '\0');
-  if (!message.empty()) recv_all(s.get(), message.data(), message.size(), reply_deadline, where);
+  if (!message.empty()) recv_all(s.get(), message.data(), message.size(), answer_deadline, where);
   std::vector<std::byte> payload;
   while (payload.size() < payload_bytes) {
     const std::size_t at = payload.size();
-    payload.resize(std::min(payload_bytes, at + (std::size_t{1} << 20)));
-    recv_all(s.get(), payload.data() + at, payload.size() - at, reply_deadline, where);
+    payload.resize(static_cast<std::size_t>(std::min<std::uint64_t>(payload_bytes, at + (std::size_t{1} << 20))));
+    recv_all(s.get(), payload.data() + at, payload.size() - at, answer_deadline, where);
   }
   expects<config_error>(get32(head) != rejected_config && get32(head) != rejected_secret,
                         [&] { return cat(where, ": ", message); });
   expects<comm_error>(get32(head) == ok, [&] { return cat(where, ": rank 0 rejected this rank: ", message); });
   if (!secret.empty()) {
     rendezvous_proof got;
-    std::copy_n(head + 12, proof_bytes, got.begin());
+    std::copy_n(head + 16, proof_bytes, got.begin());
     expects<config_error>(proofs_equal(got, prove(secret, std::string_view("strata rendezvous server"), mine, theirs,
                                                   std::span<const std::byte>(payload))),
                           [&] {
@@ -232,7 +232,7 @@ inline std::string loopback_master_of_spanning_job(const rendezvous_config& c) {
   return launched_on_one_machine(c) ? std::string() : loopback_master_name(c.master_addr);
 }
 
-// Rank 0's server for a config: on MASTER_ADDR's address, or every address with
+// Rank 0's server for a config: on every address MASTER_ADDR resolves to, or every address with
 // STRATA_RENDEZVOUS_BIND=any or where MASTER_ADDR is a name for loopback here in a job
 // that may span machines (unless STRATA_RENDEZVOUS_BIND=master); with the job secret. It
 // says once where it listens and why, and whether the rendezvous is open to anyone who

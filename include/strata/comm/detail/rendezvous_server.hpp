@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -61,8 +60,9 @@ inline std::string duplicate_gpu_message(const std::string& comm, int a, int b, 
 
 namespace rendezvous_wire {
 inline constexpr std::uint32_t magic = 0x53545241u;  // "STRA"
-// 2: a device_key; 3: a blob after the hello; 4: nonces, a challenge and proofs of the secret
-inline constexpr std::uint32_t version = 4;
+// 2: a device_key; 3: a blob after the hello; 4: nonces, a challenge and proofs of the secret;
+// 5: a 64-bit payload length, each rank its own answer (an all-to-all)
+inline constexpr std::uint32_t version = 5;
 // A rejection for a duplicate device or a wrong secret is a config_error; others are comm_errors.
 inline constexpr std::uint32_t ok = 0, rejected = 1, rejected_config = 2, rejected_secret = 3;
 inline constexpr std::uint32_t needs_secret = 1;  // the challenge's flag
@@ -71,8 +71,8 @@ inline constexpr std::size_t node_bytes = 64, device_bytes = 32, key_bytes = nod
 // challenge (magic, flags, its nonce), the client's body (device key, blob length,
 // proof; the blob follows) and the server's reply head (status, lengths, proof).
 inline constexpr std::size_t preface_bytes = 16 + nonce_bytes, challenge_bytes = 8 + nonce_bytes,
-                             body_bytes = key_bytes + 4 + proof_bytes, reply_bytes = 12 + proof_bytes;
-// A rank's blob is at most this (a host communicator's addresses: about 130 bytes a peer).
+                             body_bytes = key_bytes + 4 + proof_bytes, reply_bytes = 16 + proof_bytes;
+// A rank's blob is at most this (a host communicator's addresses: 196 bytes a peer).
 inline constexpr std::size_t max_blob_bytes = std::size_t{64} << 20;
 // A reply's message (a rejection's text) is at most this.
 inline constexpr std::size_t max_message_bytes = std::size_t{64} << 10;
@@ -83,6 +83,11 @@ inline void put32(unsigned char* p, std::uint32_t v) {
 inline std::uint32_t get32(const unsigned char* p) {
   return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
 }
+inline void put64(unsigned char* p, std::uint64_t v) {
+  put32(p, static_cast<std::uint32_t>(v >> 32));
+  put32(p + 4, static_cast<std::uint32_t>(v));
+}
+inline std::uint64_t get64(const unsigned char* p) { return (std::uint64_t{get32(p)} << 32) | get32(p + 4); }
 // A device_key as node_bytes + device_bytes of NUL-padded text (longer names are cut).
 inline void put_key(unsigned char* p, const device_key& k) {
   std::memset(p, 0, node_bytes + device_bytes);
@@ -124,12 +129,28 @@ class rendezvous_server {
       std::stable_sort(order.begin(), order.end(), [](const addrinfo* a, const addrinfo* b) {
         return a->ai_family == AF_INET6 && b->ai_family != AF_INET6;
       });
-      for (std::size_t i = 0; i < order.size() && fds_.empty(); ++i) listen_on(order[i], port, last);
+      for (std::size_t i = 0; i < order.size() && fds_.empty(); ++i) (void)listen_on(order[i], port, last);
     }
+    std::vector<std::string> skipped;  // addresses that did not bind while another did
     for (const auto& h : hosts) {
       addr_list addrs(h, port, true);
-      for (addrinfo* a = addrs.head; a; a = a->ai_next) listen_on(a, fds_.empty() ? port : this->port(), last);
+      for (addrinfo* a = addrs.head; a; a = a->ai_next)
+        if (!listen_on(a, fds_.empty() ? port : this->port(), last)) {
+          sockaddr_storage at{};
+          std::memcpy(&at, a->ai_addr, a->ai_addrlen);
+          skipped.push_back(cat(address_text(at), " (", last, ")"));
+        }
     }
+    // A rank that reaches rank 0 only by a skipped address would wait out its time-out:
+    // say which, where the job can still start.
+    if (!fds_.empty())
+      for (const auto& a : skipped) {
+        std::fprintf(stderr,
+                     "strata: rendezvous: rank 0 cannot listen on %s too; ranks that reach it only there "
+                     "will not be served\n",
+                     a.c_str());
+        std::fflush(stderr);
+      }
     expects<comm_error>(!fds_.empty(), [&] {
       return cat("rendezvous: rank 0 cannot listen on ", host_.empty() ? std::string("port ") : host_ + " port ", port,
                  ": ", last,
@@ -148,7 +169,8 @@ class rendezvous_server {
   }
   // How long one connection may take over its hello before it is dropped.
   void set_hello_limit(std::chrono::duration<double> t) { hello_limit_ = t; }
-  // Where it listens, for the launch line: "host:port", or "*:port" for every address.
+  // Where it listens, for the launch line: "host:port" ("h1,h2:port" for several hosts), or
+  // "*:port" for every address.
   std::string where() const { return cat(host_.empty() ? std::string("*") : host_, ":", port()); }
 
   // Waits for ranks 1 .. world_size - 1, each holding its connection, then checks that
@@ -216,7 +238,7 @@ class rendezvous_server {
           }
         if (missing == 0) break;
       }
-      const int ready = wait_any_readable(fds_, deadline);
+      const int ready = wait_any_readable(fds_, deadline, next_listener_++);
       if (ready < 0) {
         std::string ranks;
         for (int r = 1; r < world_size; ++r)
@@ -274,13 +296,6 @@ class rendezvous_server {
     for (auto& h : held) blobs.push_back(std::move(h.blob));
     for (std::size_t r = 1; r < held.size(); ++r) {
       const auto& payload = payload_for(std::as_const(blobs), static_cast<int>(r));
-      if (payload.size() > std::numeric_limits<std::uint32_t>::max())
-        reject_all(rejected,
-                   cat("rank 0's answer to rank ", r, " is ", payload.size(),
-                       " bytes, over the 4 GiB its length "
-                       "field holds (a world of ",
-                       world_size, " ranks)"),
-                   "rendezvous: ");
       reply(held[r].fd.get(), ok, {}, payload, deadline,
             prove(secret_, std::string_view("strata rendezvous server"), held[r].client_nonce, held[r].server_nonce,
                   payload));
@@ -378,8 +393,8 @@ class rendezvous_server {
     std::vector<unsigned char> out(reply_bytes + text.size() + payload.size());
     put32(out.data(), status);
     put32(out.data() + 4, static_cast<std::uint32_t>(text.size()));
-    put32(out.data() + 8, static_cast<std::uint32_t>(payload.size()));
-    std::copy(proof.begin(), proof.end(), out.begin() + 12);
+    put64(out.data() + 8, payload.size());
+    std::copy(proof.begin(), proof.end(), out.begin() + 16);
     std::copy(text.begin(), text.end(), out.begin() + reply_bytes);
     if (!payload.empty()) std::memcpy(out.data() + reply_bytes + text.size(), payload.data(), payload.size());
     send_all(fd, out.data(), out.size(), deadline, "rendezvous: rank 0 replying");
@@ -403,12 +418,12 @@ class rendezvous_server {
     }
   }
 
-  // Adds a listening socket on `a` at `port` where it binds; else `last` says why not.
-  void listen_on(const addrinfo* a, int port, std::string& last) {
+  // Adds a listening socket on `a` at `port` where it binds; else false, and `last` says why.
+  bool listen_on(const addrinfo* a, int port, std::string& last) {
     socket_fd s(::socket(a->ai_family, a->ai_socktype, a->ai_protocol));
     if (!s) {
       last = errno_text(errno);
-      return;
+      return false;
     }
     sockaddr_storage at{};
     std::memcpy(&at, a->ai_addr, a->ai_addrlen);
@@ -422,13 +437,15 @@ class rendezvous_server {
     if (a->ai_family == AF_INET6) ::setsockopt(s.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
     if (::bind(s.get(), reinterpret_cast<const sockaddr*>(&at), a->ai_addrlen) != 0 || ::listen(s.get(), 128) != 0) {
       last = errno_text(errno);
-      return;
+      return false;
     }
     set_nonblocking(s.get());
     fds_.push_back(std::move(s));
+    return true;
   }
 
-  std::vector<socket_fd> fds_;  // listening, one port
+  std::vector<socket_fd> fds_;     // listening, one port
+  std::size_t next_listener_ = 0;  // where the next wait starts looking: no socket starves another
   std::string host_;
   std::string secret_;
   std::chrono::duration<double> hello_limit_{10.0};

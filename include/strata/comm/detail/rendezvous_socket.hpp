@@ -82,13 +82,15 @@ inline bool wait_ready(int fd, short events, rendezvous_clock::time_point deadli
   return poll_until(&p, 1, deadline);
 }
 
-// The index of a listening socket of `fds` with a connection to accept; -1 at the deadline.
-inline int wait_any_readable(const std::vector<socket_fd>& fds, rendezvous_clock::time_point deadline) {
+// The index of a listening socket of `fds` with a connection to accept (the first at or
+// after `start`, cyclically); -1 at the deadline.
+inline int wait_any_readable(const std::vector<socket_fd>& fds, rendezvous_clock::time_point deadline,
+                             std::size_t start = 0) {
   std::vector<pollfd> p;
   for (const auto& f : fds) p.push_back({f.get(), POLLIN, 0});
   if (!poll_until(p.data(), p.size(), deadline)) return -1;
-  for (std::size_t i = 0; i < p.size(); ++i)
-    if (p[i].revents) return static_cast<int>(i);
+  for (std::size_t k = 0; k < p.size(); ++k)
+    if (const std::size_t i = (start + k) % p.size(); p[i].revents) return static_cast<int>(i);
   return -1;
 }
 
