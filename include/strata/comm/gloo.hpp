@@ -51,6 +51,8 @@ class gloo_comm : public detail::lane_comm<gloo_comm, detail::gloo_task> {
 
   // Collective over `host` (an mpi_comm, say): a Gloo communicator of the same processes,
   // connected through it. `master_addr` as in world(): loopback keeps it on this machine.
+  // Its pairs' addresses travel as messages on `host` with tag connect_tag (32767): no
+  // message of the program's with that tag may be pending there meanwhile.
   template <class Host>
   requires(!std::same_as<Host, gloo_comm>) && communicator<Host>
   static gloo_comm over(Host& host, std::string name, const std::string& master_addr = "") {
@@ -72,6 +74,8 @@ class gloo_comm : public detail::lane_comm<gloo_comm, detail::gloo_task> {
   void set_timeout(std::chrono::duration<double> t) { state().set_timeout(t); }
 
   // Collective: ranks with the same color form a communicator, ordered by key then rank.
+  // (Its members' addresses travel as messages with tag connect_tag, after a collective
+  // that every earlier message on this communicator has passed.)
   gloo_comm split(int color, int key) {
     expects<comm_error>(color >= 0,
                         [&] { return strata::cat("split of ", name(), ": color ", color, " must be >= 0"); });
@@ -119,14 +123,19 @@ class gloo_comm : public detail::lane_comm<gloo_comm, detail::gloo_task> {
     const auto exchange = [&](std::span<const std::byte> mine) {
       const auto* sent = reinterpret_cast<const std::uint8_t*>(mine.data());
       std::vector<std::uint8_t> got(static_cast<std::size_t>(m) * ab);
-      for (int first = 1; first < m; first += 16) {
-        std::vector<request> pending;
-        for (int k = first; k < std::min(m, first + 16); ++k) {
-          const auto to = static_cast<std::size_t>((me + k) % m), from = static_cast<std::size_t>((me - k + m) % m);
-          pending.push_back(parent.recv_async(std::span(got).subspan(from * ab, ab), group[from], connect_tag));
-          pending.push_back(parent.send_async(std::span(sent + to * ab, ab), group[to], connect_tag));
+      try {
+        for (int first = 1; first < m; first += 16) {
+          std::vector<request> pending;
+          for (int k = first; k < std::min(m, first + 16); ++k) {
+            const auto to = static_cast<std::size_t>((me + k) % m), from = static_cast<std::size_t>((me - k + m) % m);
+            pending.push_back(parent.recv_async(std::span(got).subspan(from * ab, ab), group[from], connect_tag));
+            pending.push_back(parent.send_async(std::span(sent + to * ab, ab), group[to], connect_tag));
+          }
+          for (auto& r : pending) r.wait();
         }
-        for (auto& r : pending) r.wait();
+      } catch (const comm_error& e) {
+        throw comm_error(strata::cat("gloo: connecting ", name, " (rank ", me, " of ", m,
+                                     "): exchanging pair addresses: ", e.what()));
       }
       std::vector<std::vector<std::byte>> out(static_cast<std::size_t>(m));
       for (std::size_t q = 0; q < out.size(); ++q) {

@@ -177,8 +177,8 @@ inline std::vector<std::byte> rendezvous_fetch(const std::string& host, int port
   send_all(s.get(), body.data(), body.size(), answer_deadline, where);
   if (!wait_ready(s.get(), POLLIN, answer_deadline))
     throw comm_error(cat(where, ": rank 0 did not answer within ", timeout.count(),
-                         " s of this rank's hello (its own time-out); rank 0 has failed or stalled: its output "
-                         "says why"));
+                         " s (its own time-out) and 5 s more of this rank's hello; rank 0 has failed or stalled: "
+                         "its output says why"));
   unsigned char head[reply_bytes];
   recv_all(s.get(), head, sizeof head, answer_deadline, where);
   // Lengths from a reply not proved yet: the message is text and short; the payload grows

@@ -132,14 +132,22 @@ class rendezvous_server {
       for (std::size_t i = 0; i < order.size() && fds_.empty(); ++i) (void)listen_on(order[i], port, last);
     }
     std::vector<std::string> skipped;  // addresses that did not bind while another did
+    std::vector<sockaddr_storage> tried;
     for (const auto& h : hosts) {
       addr_list addrs(h, port, true);
-      for (addrinfo* a = addrs.head; a; a = a->ai_next)
-        if (!listen_on(a, fds_.empty() ? port : this->port(), last)) {
-          sockaddr_storage at{};
-          std::memcpy(&at, a->ai_addr, a->ai_addrlen);
-          skipped.push_back(cat(address_text(at), " (", last, ")"));
-        }
+      for (addrinfo* a = addrs.head; a; a = a->ai_next) {
+        sockaddr_storage at{};
+        std::memcpy(&at, a->ai_addr, a->ai_addrlen);
+        // A name listed twice (a container's /etc/hosts often is) is one address.
+        if (std::any_of(tried.begin(), tried.end(), [&](const sockaddr_storage& t) { return same_host(t, at); }))
+          continue;
+        tried.push_back(at);
+        const int p = fds_.empty() ? port : this->port();
+        // Loopback is for ranks on this machine, which reach the other loopback address
+        // where one family is off (::1 in a container without IPv6): not worth a word.
+        if (!listen_on(a, p, last) && !is_loopback_address(a->ai_addr))
+          skipped.push_back(cat(address_text(at, false), " port ", p, " (", last, ")"));
+      }
     }
     // A rank that reaches rank 0 only by a skipped address would wait out its time-out:
     // say which, where the job can still start.
@@ -371,7 +379,17 @@ class rendezvous_server {
     }
   }
 
-  static std::string address_text(const sockaddr_storage& a) {
+  // Whether two socket addresses name the same host address (ports aside).
+  static bool same_host(const sockaddr_storage& a, const sockaddr_storage& b) {
+    if (a.ss_family != b.ss_family) return false;
+    if (a.ss_family == AF_INET6)
+      return std::memcmp(&reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr,
+                         &reinterpret_cast<const sockaddr_in6*>(&b)->sin6_addr, sizeof(in6_addr)) == 0;
+    return a.ss_family == AF_INET && reinterpret_cast<const sockaddr_in*>(&a)->sin_addr.s_addr ==
+                                         reinterpret_cast<const sockaddr_in*>(&b)->sin_addr.s_addr;
+  }
+
+  static std::string address_text(const sockaddr_storage& a, bool with_port = true) {
     char text[INET6_ADDRSTRLEN] = "?";
     int port = 0;
     if (a.ss_family == AF_INET6) {
@@ -383,7 +401,7 @@ class rendezvous_server {
       ::inet_ntop(AF_INET, &v4->sin_addr, text, sizeof text);
       port = ntohs(v4->sin_port);
     }
-    return cat(text, ":", port);
+    return with_port ? cat(text, ":", port) : std::string(text);
   }
 
   static void reply(int fd, std::uint32_t status, const std::string& message, std::span<const std::byte> payload,
