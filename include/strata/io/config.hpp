@@ -85,8 +85,11 @@ struct run_config {
   // Keys strata read but does not use, as dotted paths, sorted.
   std::vector<std::string> unknown_keys;
   // DeepSpeed keys the file gives a value that strata reads (and prints back) but that
-  // change nothing in how it runs, in the order read (see no_effect_keys_note).
-  std::vector<std::string> no_effect_keys;
+  // change nothing in how it runs, each with why, in the order read (no_effect_keys_note).
+  struct no_effect_key {
+    std::string key, why;
+  };
+  std::vector<no_effect_key> no_effect_keys;
   // Keys the file left "auto" that were filled from the program's config_auto_values, sorted.
   std::vector<std::string> auto_filled;
 
@@ -157,7 +160,8 @@ inline void read_batch(json_reader& r, run_config& c) {
     c.gradient_clipping = static_cast<float>(*v);
   if (auto v = r.integer("steps_per_print", 1, big)) {
     c.steps_per_print = static_cast<int>(*v);
-    c.no_effect_keys.push_back("steps_per_print");
+    c.no_effect_keys.push_back(
+        {"steps_per_print", "strata logs nothing itself; the trainer returns each step's stats"});
   }
 }
 
@@ -181,15 +185,19 @@ inline void read_zero(json_reader& root, run_config& c) {
     c.reduce_bucket_size = static_cast<std::size_t>(*v);
   if (auto v = z.integer("stage3_prefetch_bucket_size", 0, big, auto_value::absent)) {
     c.stage3_prefetch_bucket_size = static_cast<std::size_t>(*v);
-    c.no_effect_keys.push_back("zero_optimization.stage3_prefetch_bucket_size");
+    c.no_effect_keys.push_back(
+        {"zero_optimization.stage3_prefetch_bucket_size", "ZeRO-3 gathers the next reduce_bucket_size bucket ahead"});
   }
   if (auto v = z.integer("stage3_param_persistence_threshold", 0, big, auto_value::absent)) {
     c.stage3_param_persistence_threshold = static_cast<std::size_t>(*v);
-    c.no_effect_keys.push_back("zero_optimization.stage3_param_persistence_threshold");
+    c.no_effect_keys.push_back(
+        {"zero_optimization.stage3_param_persistence_threshold", "every param is sharded at ZeRO-3, however small"});
   }
   const auto overlap = z.boolean("overlap_comm");
   c.overlap_comm = overlap.value_or(c.zero_stage == 3);
-  if (overlap) c.no_effect_keys.push_back("zero_optimization.overlap_comm");
+  if (overlap)
+    c.no_effect_keys.push_back(
+        {"zero_optimization.overlap_comm", "each gradient bucket's reduce-scatter always overlaps the backward"});
   if (c.offload_optimizer && c.zero_stage == 0)
     z.fail("offload_optimizer.device", "\"cpu\" needs zero_optimization.stage 1, 2 or 3 (got 0)");
   if (c.offload_param && c.zero_stage != 3)
@@ -391,15 +399,9 @@ inline std::string unknown_keys_warning(const run_config& c) {
 // there are none. A value the program filled in for "auto" is not named: nobody chose it.
 inline std::string no_effect_keys_note(const run_config& c) {
   std::string s;
-  for (const auto& k : c.no_effect_keys) {
-    if (std::find(c.auto_filled.begin(), c.auto_filled.end(), k) != c.auto_filled.end()) continue;
-    const char* why = k == "steps_per_print" ? "strata logs nothing itself; the trainer returns each step's stats"
-                      : k.ends_with("overlap_comm")
-                          ? "each gradient bucket's reduce-scatter always overlaps the backward"
-                      : k.ends_with("prefetch_bucket_size") ? "ZeRO-3 gathers the next reduce_bucket_size bucket ahead"
-                                                            : "every param is sharded at ZeRO-3, however small";
-    s += strata::cat(s.empty() ? "config: read, but changing nothing in strata: " : "; ", k, " (", why, ")");
-  }
+  for (const auto& [key, why] : c.no_effect_keys)
+    if (std::find(c.auto_filled.begin(), c.auto_filled.end(), key) == c.auto_filled.end())
+      s += strata::cat(s.empty() ? "config: read, but changing nothing in strata: " : "; ", key, " (", why, ")");
   return s;
 }
 
