@@ -86,10 +86,12 @@ def main():
         a.seq = SIZES[a.size][5] if a.size else 256
     if a.batch is None:
         a.batch = SIZES[a.size][7] if a.size else 2
-    cfg = Qwen2Config(**{k: v for k, v in raw.items() if k != "architectures"})
+    # The file's dtype is the checkpoint's; the weights here are fp32 (mixed precision keeps
+    # fp32 weights under autocast), whatever a transformers version makes of that key.
+    cfg = Qwen2Config(**{k: v for k, v in raw.items() if k not in ("architectures", "torch_dtype", "dtype")})
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(cfg).to(a.device).train()
+    model = Qwen2ForCausalLM(cfg).to(device=a.device, dtype=torch.float32).train()
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],

@@ -4,9 +4,11 @@
 // the rows rounded up to its tiles: B·H·S² bytes grow to 15 GB at S = 8192. The backward
 // therefore runs over chunks of batch rows and of key/value heads (each with its query
 // heads) whose workspace fits the limit: STRATA_ATTENTION_WORKSPACE_MIB, 1024 MiB unless
-// set. Each (batch row, head) is its own problem to cuDNN: a chunk should change no bit
-// (tests/cuda/nn_transformer.cu requires it), and it depends on the shape and the limit
-// only, so a run's bits repeat. Host code: the memory plan counts the same bytes.
+// set. The chunk depends on the shape and the limit only, so a run's bits repeat; each
+// (batch row, head) is its own problem to cuDNN, so a chunk changes no more than the
+// summation order of another engine choice (tests/cuda/nn_transformer.cu: the normwise
+// bound, and whether the bits differ, printed). Host code: the memory plan counts the
+// same bytes.
 #pragma once
 #include <cstdint>
 #include <cstdlib>
